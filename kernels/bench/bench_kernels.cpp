@@ -1,0 +1,193 @@
+// moe-bench-kernels: effective weight bandwidth of the quantized GEMV per type, beside the plain
+// memory read bandwidth measured in the same run with the same threads (docs/PERFORMANCE.md).
+#include <immintrin.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tests/random_blocks.h"
+
+namespace {
+
+using moe::GgmlType;
+using namespace moe::cpu;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename Fn>
+double time_median_s(int reps, Fn&& fn) {
+  fn();  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median(t);
+}
+
+// The plain read bandwidth ceiling: 256-bit loads summed into four independent accumulators.
+__attribute__((target("avx2"))) uint64_t read_chunk_avx2(const uint8_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+uint64_t read_chunk_scalar(const uint8_t* p, size_t n) {
+  uint64_t s0 = 0, s1 = 0;
+  for (size_t i = 0; i + 16 <= n; i += 16) {
+    uint64_t a, b;
+    std::memcpy(&a, p + i, 8);
+    std::memcpy(&b, p + i + 8, 8);
+    s0 += a;
+    s1 += b;
+  }
+  return s0 + s1;
+}
+
+double read_bandwidth(const uint8_t* buf, size_t bytes, ThreadPool& pool, int reps) {
+  constexpr size_t kChunk = 1 << 20;
+  const int64_t n_tasks = static_cast<int64_t>(bytes / kChunk);
+  std::vector<uint64_t> sink(static_cast<size_t>(pool.size()) * 8);
+  const bool avx2 = isa_supported(Isa::Avx2);
+  const double s = time_median_s(reps, [&] {
+    pool.parallel_for(n_tasks, [&](int64_t t, int th) {
+      const uint8_t* p = buf + static_cast<size_t>(t) * kChunk;
+      sink[static_cast<size_t>(th) * 8] +=
+          avx2 ? read_chunk_avx2(p, kChunk) : read_chunk_scalar(p, kChunk);
+    });
+  });
+  return static_cast<double>(n_tasks) * kChunk / s / 1e9;
+}
+
+// Fills `bytes` with valid blocks of `type`: a 16 MiB random pattern repeated (content does not
+// matter for bandwidth, only that scales are finite).
+void fill_weights(GgmlType type, uint8_t* buf, size_t bytes, size_t row_bytes, int64_t n_in) {
+  std::mt19937 rng(42);
+  std::vector<uint8_t> pattern;
+  while (pattern.size() < (16u << 20)) {
+    const auto row = moe::test::random_row(type, n_in, rng);
+    pattern.insert(pattern.end(), row.begin(), row.end());
+  }
+  const size_t pat = pattern.size() / row_bytes * row_bytes;
+  for (size_t off = 0; off < bytes; off += pat) {
+    std::memcpy(buf + off, pattern.data(), std::min(pat, bytes - off));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Quantized GEMV weight bandwidth vs plain memory read bandwidth"};
+  int threads = 2;
+  double gib = 1.0;
+  int reps = 7;
+  std::vector<std::string> type_names = {"q4_K", "q5_K", "q6_K", "q8_0", "q2_0", "bf16"};
+  std::vector<int> act_rows = {1};
+  std::string isa_arg;
+  app.add_option("-t,--threads", threads, "threads (the caller counts as one)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--gib", gib, "weight bytes per type, GiB")->check(CLI::Range(0.01, 64.0));
+  app.add_option("-r,--reps", reps, "timed repetitions (median reported)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--types", type_names, "weight types");
+  app.add_option("--act-rows", act_rows, "activation rows per GEMV (1-8; >8 runs the GEMM)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--isa", isa_arg, "scalar|avx2|avx512 (default: best supported)");
+  CLI11_PARSE(app, argc, argv);
+
+  Isa isa = best_isa();
+  if (!isa_arg.empty()) {
+    bool found = false;
+    for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+      if (isa_arg == isa_name(i)) {
+        isa = i;
+        found = true;
+      }
+    }
+    if (!found || !isa_supported(isa)) {
+      std::fprintf(stderr, "moe-bench-kernels: error: ISA '%s' is not available here\n",
+                   isa_arg.c_str());
+      return 2;
+    }
+  }
+  std::vector<GgmlType> types;
+  for (const auto& name : type_names) {
+    bool found = false;
+    for (GgmlType t : moe::test::computable_types()) {
+      if (moe::ggml_type_info_or_throw(t).name == name) {
+        types.push_back(t);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "moe-bench-kernels: error: unknown or unsupported type '%s'\n",
+                   name.c_str());
+      return 2;
+    }
+  }
+
+  const size_t bytes = static_cast<size_t>(gib * (1ull << 30)) & ~size_t{(1u << 20) - 1};
+  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(1 << 21, bytes));
+  if (!buf) {
+    std::fprintf(stderr, "moe-bench-kernels: error: cannot allocate %zu bytes\n", bytes);
+    return 1;
+  }
+  std::memset(buf, 1, bytes);  // fault the pages in before timing
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+
+  std::vector<double> read_bw = {read_bandwidth(buf, bytes, pool, reps)};
+  std::printf("moe-bench-kernels: %d threads, ISA %s, %.2f GiB per type, median of %d\n", threads,
+              std::string(isa_name(isa)).c_str(), static_cast<double>(bytes) / (1ull << 30), reps);
+  std::printf("plain read bandwidth: %.2f GB/s\n\n", read_bw[0]);
+  std::printf("| type | act rows | weight GB | median ms | weight GB/s | %% of read BW |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
+  constexpr int64_t kNIn = 4096;
+  for (GgmlType type : types) {
+    const auto row_bytes = static_cast<size_t>(*moe::ggml_row_bytes(type, kNIn));
+    const int64_t n_out = static_cast<int64_t>(bytes / row_bytes);
+    const size_t used = static_cast<size_t>(n_out) * row_bytes;
+    fill_weights(type, buf, used, row_bytes, kNIn);
+    const WeightMatrix w = make_weight_matrix(type, buf, kNIn, n_out);
+    for (int rows : act_rows) {
+      std::mt19937 rng(7);
+      const auto x = moe::test::random_floats(kNIn * rows, rng);
+      std::vector<float> y(static_cast<size_t>(n_out) * static_cast<size_t>(rows));
+      const double s =
+          time_median_s(reps, [&] { matmul(w, x.data(), rows, y.data(), pool, scratch, isa); });
+      // Re-measure the ceiling between types so drift (turbo, neighbours) hits both sides.
+      read_bw.push_back(read_bandwidth(buf, bytes, pool, reps));
+      const double gbs = static_cast<double>(used) / s / 1e9;
+      std::printf("| %s | %d | %.3f | %.2f | %.2f | %.1f%% |\n",
+                  std::string(moe::ggml_type_info_or_throw(type).name).c_str(), rows,
+                  static_cast<double>(used) / 1e9, s * 1e3, gbs, 100.0 * gbs / median(read_bw));
+    }
+  }
+  std::printf("\nplain read bandwidth, median of %zu measurements: %.2f GB/s\n", read_bw.size(),
+              median(read_bw));
+  std::free(buf);
+  return 0;
+}

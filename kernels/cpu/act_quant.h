@@ -1,0 +1,48 @@
+// Activation formats that weights are multiplied against, as llama.cpp's CPU backend does
+// ("vec_dot_type"): the activation row is converted once, then every weight row is dotted with it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/ggml_type.h"
+
+namespace moe::cpu {
+
+enum class ActFormat { F32, F16, BF16, Q8_0, Q8_1, Q8_K };
+
+// Block layouts, byte-identical to ggml's block_q8_0 / block_q8_1 / block_q8_K.
+struct BlockQ8_0 {
+  uint16_t d;  // fp16 scale
+  int8_t qs[32];
+};
+struct BlockQ8_1 {
+  uint16_t d;  // fp16 scale
+  uint16_t s;  // fp16 of d * sum(qs)
+  int8_t qs[32];
+};
+struct BlockQ8_K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];  // sums of each group of 16 qs
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 && sizeof(BlockQ8_K) == 292);
+
+// The activation format llama.cpp uses for weights of `type` (F32 weights -> F32, F16 -> F16,
+// BF16 -> BF16, K-quants and IQ4_XS -> Q8_K, Q4_1/Q5_1 -> Q8_1, other 32/64-blocks -> Q8_0).
+ActFormat act_format_for(GgmlType type);
+
+// Elements per activation block (1 for float formats).
+int64_t act_block_size(ActFormat f);
+
+// Bytes of one activation row of n elements (n a multiple of act_block_size).
+size_t act_row_bytes(ActFormat f, int64_t n);
+
+// Scalar reference conversion of n floats into format f (same rounding as llama.cpp's
+// quantize_row_*_ref).
+void quantize_act_row_ref(ActFormat f, const float* x, void* dst, int64_t n);
+
+// Reference decode of an activation row back to floats (for tests and the scalar dot path).
+void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n);
+
+}  // namespace moe::cpu

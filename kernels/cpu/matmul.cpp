@@ -1,0 +1,97 @@
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/vec_dot.h"
+
+namespace moe::cpu {
+namespace {
+
+// A GEMV task covers about this many weight bytes: large enough that scheduling costs nothing,
+// small enough that two threads finish together on small matrices.
+constexpr size_t kGemvTaskBytes = 64 << 10;
+// A GEMM task keeps this many weight bytes hot in L2 while every activation chunk passes over it.
+constexpr size_t kGemmBlockBytes = 128 << 10;
+
+int64_t rows_per_task(size_t row_bytes, size_t target) {
+  return std::max<int64_t>(1, static_cast<int64_t>(target / std::max<size_t>(row_bytes, 1)));
+}
+
+}  // namespace
+
+WeightMatrix make_weight_matrix(GgmlType type, const void* data, int64_t n_in, int64_t n_out) {
+  const auto info = ggml_type_info(static_cast<uint32_t>(type));
+  if (!info || !info->computable) {
+    throw Error("matmul: weight type " + ggml_type_label(static_cast<uint32_t>(type)) +
+                " is not supported");
+  }
+  const auto row = ggml_row_bytes(type, static_cast<uint64_t>(n_in));
+  if (n_in <= 0 || n_out <= 0 || !row || n_in % act_block_size(act_format_for(type)) != 0) {
+    throw Error("matmul: invalid shape " + std::to_string(n_in) + "x" + std::to_string(n_out) +
+                " for " + ggml_type_label(static_cast<uint32_t>(type)));
+  }
+  return WeightMatrix{type, data, n_in, n_out, static_cast<size_t>(*row)};
+}
+
+void* MatmulScratch::reserve(size_t bytes) {
+  if (buf_.size() < bytes) buf_.resize(bytes);
+  return buf_.data();
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
+            MatmulScratch& scratch, Isa isa) {
+  if (n_rows <= 0) return;
+  const VecDotFn dot = vec_dot_kernel(w.type, isa);
+  if (!dot) {
+    throw Error("matmul: no kernel for " + ggml_type_label(static_cast<uint32_t>(w.type)));
+  }
+  const ActFormat fmt = act_format_for(w.type);
+  const size_t act_bytes = act_row_bytes(fmt, w.n_in);
+  auto* act = static_cast<unsigned char*>(scratch.reserve(act_bytes * static_cast<size_t>(n_rows)));
+  const auto* wbytes = static_cast<const unsigned char*>(w.data);
+
+  if (n_rows <= kMaxActRows) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      quantize_act_row_ref(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in);
+    }
+    // GEMV: each weight row is read once and dotted with every activation row.
+    const int64_t per_task = rows_per_task(w.row_bytes, kGemvTaskBytes);
+    const int64_t n_tasks = (w.n_out + per_task - 1) / per_task;
+    pool.parallel_for(n_tasks, [&](int64_t task, int) {
+      const int64_t o_end = std::min(w.n_out, (task + 1) * per_task);
+      float out[kMaxActRows];
+      for (int64_t o = task * per_task; o < o_end; ++o) {
+        dot(w.n_in, wbytes + o * w.row_bytes, act, act_bytes, static_cast<int>(n_rows), out);
+        for (int64_t r = 0; r < n_rows; ++r) y[r * w.n_out + o] = out[r];
+      }
+    });
+    return;
+  }
+
+  pool.parallel_for(n_rows, [&](int64_t r, int) {
+    quantize_act_row_ref(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in);
+  });
+  // GEMM: a block of weight rows stays in cache while all activation chunks of up to
+  // kMaxActRows rows pass over it, so weights come from DRAM once per batch.
+  const int64_t per_task = rows_per_task(w.row_bytes, kGemmBlockBytes);
+  const int64_t n_tasks = (w.n_out + per_task - 1) / per_task;
+  pool.parallel_for(n_tasks, [&](int64_t task, int) {
+    const int64_t o_begin = task * per_task;
+    const int64_t o_end = std::min(w.n_out, o_begin + per_task);
+    float out[kMaxActRows];
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kMaxActRows) {
+      const int n_act = static_cast<int>(std::min<int64_t>(kMaxActRows, n_rows - r0));
+      const unsigned char* a = act + r0 * act_bytes;
+      for (int64_t o = o_begin; o < o_end; ++o) {
+        dot(w.n_in, wbytes + o * w.row_bytes, a, act_bytes, n_act, out);
+        for (int r = 0; r < n_act; ++r) y[(r0 + r) * w.n_out + o] = out[r];
+      }
+    }
+  });
+}
+
+}  // namespace moe::cpu

@@ -1,0 +1,74 @@
+// matmul (GEMV for 1-8 rows, blocked GEMM beyond) against per-element scalar reference dots.
+#include "kernels/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "common/error.h"
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/dequant.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/vec_dot.h"
+#include "tests/random_blocks.h"
+
+namespace moe::cpu {
+namespace {
+
+class MatmulTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulTest, MatchesReferenceForGemvAndGemmShapes) {
+  const GgmlType type = GetParam();
+  const ActFormat fmt = act_format_for(type);
+  const auto info = ggml_type_info_or_throw(type);
+  const int64_t n_in = std::max<int64_t>({info.block_size, act_block_size(fmt), 32}) * 3;
+  const int64_t n_out = 13;  // odd: not a multiple of any SIMD or task width
+  std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+  std::vector<uint8_t> wbytes;
+  for (int64_t o = 0; o < n_out; ++o) {
+    const auto row = test::random_row(type, n_in, rng);
+    wbytes.insert(wbytes.end(), row.begin(), row.end());
+  }
+  const WeightMatrix w = make_weight_matrix(type, wbytes.data(), n_in, n_out);
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (int64_t n_rows : {1, 7, 8, 9, 37}) {
+    const auto x = test::random_floats(n_in * n_rows, rng);
+    std::vector<float> y(static_cast<size_t>(n_rows * n_out), NAN);
+    matmul(w, x.data(), n_rows, y.data(), pool, scratch, best_isa());
+    std::vector<uint8_t> act(act_row_bytes(fmt, n_in));
+    std::vector<float> wf(static_cast<size_t>(n_in)), af(static_cast<size_t>(n_in));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      quantize_act_row_ref(fmt, x.data() + r * n_in, act.data(), n_in);
+      dequantize_act_row(fmt, act.data(), af.data(), n_in);
+      for (int64_t o = 0; o < n_out; ++o) {
+        const uint8_t* wrow = wbytes.data() + o * w.row_bytes;
+        float want = 0;
+        vec_dot_ref(type, n_in, wrow, act.data(), act.size(), 1, &want);
+        dequantize_row(type, wrow, wf.data(), n_in);
+        double mag = 0;
+        for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(static_cast<double>(wf[i]) * af[i]);
+        const float got = y[static_cast<size_t>(r * n_out + o)];
+        EXPECT_LE(std::fabs(static_cast<double>(got) - want), 1e-5 * mag + 1e-30)
+            << "rows=" << n_rows << " r=" << r << " o=" << o << " got " << got << " want " << want;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(test::computable_types()),
+                         [](const ::testing::TestParamInfo<GgmlType>& p) {
+                           return std::string(ggml_type_info_or_throw(p.param).name);
+                         });
+
+TEST(Matmul, RejectsUnsupportedTypesAndShapes) {
+  uint8_t dummy[256] = {};
+  EXPECT_THROW(make_weight_matrix(GgmlType::IQ2_XXS, dummy, 256, 1), Error);
+  EXPECT_THROW(make_weight_matrix(GgmlType::Q4_K, dummy, 128, 1), Error);  // not a 256-multiple
+  EXPECT_THROW(make_weight_matrix(GgmlType::Q8_0, dummy, 0, 1), Error);
+  EXPECT_THROW(make_weight_matrix(GgmlType::Q8_0, dummy, 32, -1), Error);
+}
+
+}  // namespace
+}  // namespace moe::cpu
