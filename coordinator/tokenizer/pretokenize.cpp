@@ -1,0 +1,120 @@
+#include "coordinator/tokenizer/pretokenize.h"
+
+#include "coordinator/tokenizer/unicode_class.h"
+#include "coordinator/tokenizer/utf8.h"
+
+namespace moe::tokenizer {
+namespace {
+
+class Matcher {
+ public:
+  Matcher(PreTokenizer pre, std::span<const char32_t> cps)
+      : cps_(cps),
+        word_(pre == PreTokenizer::kQwen35 ? uint8_t(kLetter | kMark) : uint8_t(kLetter)),
+        not_punct_(pre == PreTokenizer::kQwen35 ? uint8_t(kSpace | kLetter | kNumber | kMark)
+                                                : uint8_t(kSpace | kLetter | kNumber)) {
+    cls_.reserve(cps.size());
+    for (char32_t c : cps) cls_.push_back(char_class(c));
+  }
+
+  // End of the piece starting at i (> i).
+  size_t match(size_t i) const {
+    if (size_t e = contraction(i)) return e;
+    if (size_t e = word(i)) return e;
+    if (has(i, kNumber)) return i + 1;  // \p{N}: one digit per piece
+    if (size_t e = punct(i)) return e;
+    if (size_t e = spaces(i)) return e;
+    return i + 1;  // unreachable: every code point is space, word, number or punctuation
+  }
+
+ private:
+  bool has(size_t k, uint8_t mask) const { return k < cls_.size() && (cls_[k] & mask); }
+  bool is_punct(size_t k) const { return k < cls_.size() && !(cls_[k] & not_punct_); }
+  char32_t lower_at(size_t k) const {
+    if (k >= cps_.size()) return 0;
+    const char32_t c = cps_[k];
+    return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+  }
+
+  // '(s|t|re|ve|m|ll|d), ASCII case-insensitive.
+  size_t contraction(size_t i) const {
+    if (cps_[i] != '\'') return 0;
+    const char32_t a = lower_at(i + 1), b = lower_at(i + 2);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    return 0;
+  }
+
+  // [^\r\n\p{L}\p{N}]?WORD+ (the optional prefix is taken when a word follows it).
+  size_t word(size_t i) const {
+    size_t k = i;
+    if (!has(i, kCrLf | kLetter | kNumber) && has(i + 1, word_)) {
+      k = i + 1;
+    } else if (!has(i, word_)) {
+      return 0;
+    }
+    while (has(k, word_)) ++k;
+    return k;
+  }
+
+  // ` ?PUNCT+[\r\n]*`
+  size_t punct(size_t i) const {
+    size_t k = i;
+    if (cps_[i] == ' ' && is_punct(i + 1)) {
+      k = i + 1;
+    } else if (!is_punct(i)) {
+      return 0;
+    }
+    while (is_punct(k)) ++k;
+    while (has(k, kCrLf)) ++k;
+    return k;
+  }
+
+  // \s*[\r\n]+ | \s+(?!\S) | \s+
+  size_t spaces(size_t i) const {
+    size_t j = i;
+    size_t last_crlf = SIZE_MAX;
+    while (has(j, kSpace)) {
+      if (cls_[j] & kCrLf) last_crlf = j;
+      ++j;
+    }
+    if (j == i) return 0;
+    // Greedy \s* backs off to the last newline of the run; [\r\n]+ then takes just it.
+    if (last_crlf != SIZE_MAX) return last_crlf + 1;
+    // Leave the last space to prefix the following non-space (e.g. " word").
+    if (j < cls_.size() && j - i >= 2) return j - 1;
+    return j;
+  }
+
+  std::span<const char32_t> cps_;
+  std::vector<uint8_t> cls_;
+  uint8_t word_;
+  uint8_t not_punct_;
+};
+
+}  // namespace
+
+void split_pieces(PreTokenizer pre, std::span<const char32_t> cps, std::vector<size_t>& ends) {
+  const Matcher m(pre, cps);
+  for (size_t i = 0; i < cps.size();) {
+    i = m.match(i);
+    ends.push_back(i);
+  }
+}
+
+std::vector<std::string> pretokenize(PreTokenizer pre, std::string_view text) {
+  std::vector<char32_t> cps;
+  decode_utf8_lenient(text, cps);
+  std::vector<size_t> ends;
+  split_pieces(pre, cps, ends);
+  std::vector<std::string> out;
+  size_t begin = 0;
+  for (size_t end : ends) {
+    std::string& piece = out.emplace_back();
+    for (size_t k = begin; k < end; ++k) append_utf8(piece, cps[k]);
+    begin = end;
+  }
+  return out;
+}
+
+}  // namespace moe::tokenizer
