@@ -1,0 +1,136 @@
+// Byte-exact renders of the real Qwen3 and Qwen3.5 templates (read from the test GGUF files)
+// against Python jinja2 3.1.6 renders (golden/chat/qwen3.jsonl and the qwen35 prompts).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/gguf.h"
+#include "coordinator/chat_template/chat_template.h"
+#include "tests/testdata.h"
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + p.string());
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Where two renders first differ, with some context, so a failure is easy to locate.
+std::string diff_location(const std::string& want, const std::string& got) {
+  size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  size_t line = 1;
+  for (size_t k = 0; k < i; ++k) line += want[k] == '\n';
+  const size_t from = i > 40 ? i - 40 : 0;
+  return "first difference at byte " + std::to_string(i) + " (line " + std::to_string(line) +
+         ")\n  expected: " + ordered_json(want.substr(from, 100)).dump() +
+         "\n  actual:   " + ordered_json(got.substr(from, 100)).dump();
+}
+
+fs::path qwen35_dir() {
+  const char* env = std::getenv("MOE_TESTDATA_QWEN35");
+  fs::path dir = (env && *env) ? fs::path(env)
+                               : moe::test::testdata_dir().parent_path() / "testdata-qwen35moe";
+  if (!fs::is_directory(dir / "models")) {
+    throw std::runtime_error("qwen35moe test data not found at '" + dir.string() +
+                             "' (set MOE_TESTDATA_QWEN35)");
+  }
+  return dir;
+}
+
+std::string template_of(const fs::path& gguf_path) {
+  const auto f = gguf::GgufFile::open(gguf_path.string());
+  return std::string(f.require_string("tokenizer.chat_template"));
+}
+
+const ChatTemplate& qwen3_template() {
+  static const ChatTemplate t(
+      template_of(moe::test::testdata_dir() / "models" / "tiny-qwen3moe-sv-Q8_0.gguf"));
+  return t;
+}
+
+struct GoldenCase {
+  std::string name;
+  ordered_json json;
+};
+
+std::vector<GoldenCase> load_cases() {
+  std::vector<GoldenCase> cases;
+  try {
+    std::ifstream in(moe::test::testdata_dir() / "golden" / "chat" / "qwen3.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      ordered_json j = ordered_json::parse(line);
+      cases.push_back({j.at("name").get<std::string>(), std::move(j)});
+    }
+  } catch (const std::exception& e) {
+    // Reported by the count test below; the parameterized suite then has no cases.
+    std::cerr << "loading golden/chat/qwen3.jsonl: " << e.what() << "\n";
+  }
+  return cases;
+}
+
+const std::vector<GoldenCase>& cases() {
+  static const std::vector<GoldenCase> c = load_cases();
+  return c;
+}
+
+TEST(ChatTemplateGolden, Qwen3HasAllThirtyCases) { EXPECT_EQ(cases().size(), 30u); }
+
+class Qwen3Golden : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(Qwen3Golden, RendersByteExact) {
+  const ordered_json& j = cases()[GetParam()].json;
+  ChatTemplateInputs in;
+  in.messages = j.at("messages");
+  in.tools = j.value("tools", ordered_json());
+  in.add_generation_prompt = j.at("add_generation_prompt").get<bool>();
+  if (j.contains("enable_thinking")) in.enable_thinking = j.at("enable_thinking").get<bool>();
+  const std::string want = j.at("rendered").get<std::string>();
+  const std::string got = qwen3_template().render(in);
+  EXPECT_EQ(got, want) << diff_location(want, got);
+}
+
+std::string case_name(const ::testing::TestParamInfo<size_t>& info) {
+  std::string n = std::to_string(info.param) + "_";
+  for (char c : cases()[info.param].name)
+    n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return n;
+}
+
+std::vector<size_t> case_indices() {
+  std::vector<size_t> idx(cases().size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  return idx;
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen3, Qwen3Golden, ::testing::ValuesIn(case_indices()), case_name);
+
+TEST(ChatTemplateGolden, Qwen35ChatPrompt) {
+  const fs::path dir = qwen35_dir();
+  const ChatTemplate t(template_of(dir / "models" / "tiny-qwen35moe-sv-Q8_0.gguf"));
+  const ordered_json spec = ordered_json::parse(read_file(dir / "prompts" / "chat_messages.json"));
+  ChatTemplateInputs in;
+  in.messages = spec.at("messages");
+  in.add_generation_prompt = spec.at("add_generation_prompt").get<bool>();
+  const std::string want = read_file(dir / "prompts" / spec.at("rendered_file").get<std::string>());
+  const std::string got = t.render(in);
+  EXPECT_EQ(got, want) << diff_location(want, got);
+}
+
+}  // namespace
+}  // namespace moe
