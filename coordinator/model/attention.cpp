@@ -1,0 +1,86 @@
+#include "coordinator/model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moe::model {
+namespace {
+
+// Eight independent partial sums let the compiler vectorize without reassociating floats.
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float sum = 0;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (int j = 0; j < 8; ++j) sum += acc[j];
+  return sum;
+}
+
+}  // namespace
+
+void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
+               const KvCache& cache, int64_t layer, float* out, cpu::ThreadPool& pool,
+               AttentionScratch& scratch) {
+  const int64_t n_kv = pos0 + n_tokens;
+  const int64_t k_stride = s.n_head_kv * s.head_dim_k;
+  const int64_t v_stride = s.n_head_kv * s.head_dim_v;
+  const float* K = cache.k_f32(layer);
+  const float* V = cache.v_f32(layer);
+  // Non-f32 caches are decoded once per call; rows are split among the threads.
+  constexpr int64_t kRowsPerTask = 64;
+  const int64_t n_row_tasks = (n_kv + kRowsPerTask - 1) / kRowsPerTask;
+  if (!K) {
+    if (scratch.k.size() < static_cast<size_t>(n_kv * k_stride)) {
+      scratch.k.resize(static_cast<size_t>(n_kv * k_stride));
+    }
+    pool.parallel_for(n_row_tasks, [&](int64_t t, int) {
+      const int64_t p = t * kRowsPerTask, n = std::min(kRowsPerTask, n_kv - p);
+      cache.read_k(layer, p, n, scratch.k.data() + p * k_stride);
+    });
+    K = scratch.k.data();
+  }
+  if (!V) {
+    if (scratch.v.size() < static_cast<size_t>(n_kv * v_stride)) {
+      scratch.v.resize(static_cast<size_t>(n_kv * v_stride));
+    }
+    pool.parallel_for(n_row_tasks, [&](int64_t t, int) {
+      const int64_t p = t * kRowsPerTask, n = std::min(kRowsPerTask, n_kv - p);
+      cache.read_v(layer, p, n, scratch.v.data() + p * v_stride);
+    });
+    V = scratch.v.data();
+  }
+  const size_t per_thread = static_cast<size_t>(n_kv);
+  if (scratch.scores.size() < per_thread * static_cast<size_t>(pool.size())) {
+    scratch.scores.resize(per_thread * static_cast<size_t>(pool.size()));
+  }
+  const int64_t group = s.n_head / s.n_head_kv;  // query heads per KV head
+  pool.parallel_for(n_tokens * s.n_head, [&](int64_t task, int thread) {
+    const int64_t i = task / s.n_head, h = task % s.n_head, hk = h / group;
+    const float* qi = q + i * s.n_head * s.head_dim_k + h * s.head_dim_k;
+    float* sc = scratch.scores.data() + static_cast<size_t>(thread) * per_thread;
+    const int64_t n_vis = pos0 + i + 1;  // causal: positions 0..pos0+i
+    float max = -INFINITY;
+    for (int64_t j = 0; j < n_vis; ++j) {
+      sc[j] = dot_f32(qi, K + j * k_stride + hk * s.head_dim_k, s.head_dim_k) * s.scale;
+      max = std::max(max, sc[j]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < n_vis; ++j) {
+      sc[j] = std::exp(sc[j] - max);
+      sum += sc[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    float* o = out + i * s.n_head * s.head_dim_v + h * s.head_dim_v;
+    std::fill(o, o + s.head_dim_v, 0.0f);
+    for (int64_t j = 0; j < n_vis; ++j) {
+      const float p = sc[j] * inv;
+      const float* vj = V + j * v_stride + hk * s.head_dim_v;
+      for (int64_t d = 0; d < s.head_dim_v; ++d) o[d] += p * vj[d];
+    }
+  });
+}
+
+}  // namespace moe::model

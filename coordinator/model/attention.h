@@ -1,0 +1,35 @@
+// Causal multi-head attention on the CPU with grouped KV heads, reading K and V from a KvCache of
+// any type: softmax(q·K^T * scale + causal mask)·V, everything in f32 (as llama.cpp's non-flash
+// path with an F32 cache).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "coordinator/model/kv_cache.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace moe::model {
+
+struct AttentionShape {
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim_k = 0;
+  int64_t head_dim_v = 0;
+  float scale = 0;  // usually 1/sqrt(head_dim_k)
+};
+
+// Buffers reused across calls so that steady-state decoding allocates nothing.
+struct AttentionScratch {
+  std::vector<float> k, v;    // decoded cache rows (non-f32 caches)
+  std::vector<float> scores;  // per thread, one row of n_kv scores
+};
+
+// q: [n_tokens, n_head * head_dim_k]; token i sits at position pos0 + i and attends to cache
+// positions [0, pos0 + i]. Those rows must already be stored in `cache` for `layer`.
+// out: [n_tokens, n_head * head_dim_v].
+void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
+               const KvCache& cache, int64_t layer, float* out, cpu::ThreadPool& pool,
+               AttentionScratch& scratch);
+
+}  // namespace moe::model

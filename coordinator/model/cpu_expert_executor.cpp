@@ -1,0 +1,104 @@
+#include "coordinator/model/cpu_expert_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "coordinator/model/tensor_table.h"
+
+namespace moe::model {
+namespace {
+
+template <typename T>
+void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+CpuExpertExecutor::CpuExpertExecutor(std::vector<ExpertLayerTensors> layers, int64_t n_embd,
+                                     int64_t n_ff, int64_t n_expert, cpu::ThreadPool& pool,
+                                     cpu::Isa isa)
+    : n_embd_(n_embd), n_ff_(n_ff), n_expert_(n_expert), pool_(pool), isa_(isa) {
+  layers_.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const ExpertLayerTensors& t = layers[l];
+    if (!t.gate || !t.up || !t.down) throw Error("expert executor: layer tensors missing");
+    layers_[l].resize(static_cast<size_t>(n_expert));
+    for (int64_t e = 0; e < n_expert; ++e) {
+      layers_[l][static_cast<size_t>(e)] = {expert_matrix(*t.gate, e), expert_matrix(*t.up, e),
+                                            expert_matrix(*t.down, e)};
+    }
+  }
+  count_.resize(static_cast<size_t>(n_expert));
+  offset_.resize(static_cast<size_t>(n_expert) + 1);
+}
+
+void CpuExpertExecutor::run(int64_t layer, const float* x, int64_t n_tokens,
+                            std::span<const ExpertItem> items, float* out) {
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size())) {
+    throw Error("expert executor: layer " + std::to_string(layer) + " out of range");
+  }
+  const auto& experts = layers_[static_cast<size_t>(layer)];
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  for (const ExpertItem& it : items) {
+    if (it.expert < 0 || it.expert >= n_expert_ || it.token < 0 || it.token >= n_tokens) {
+      throw Error("expert executor: item (token " + std::to_string(it.token) + ", expert " +
+                  std::to_string(it.expert) + ") out of range");
+    }
+  }
+  // Counting sort of the items by expert (stable), so each expert sees all its tokens at once.
+  std::fill(count_.begin(), count_.end(), 0);
+  for (const ExpertItem& it : items) ++count_[static_cast<size_t>(it.expert)];
+  offset_[0] = 0;
+  for (int64_t e = 0; e < n_expert_; ++e) {
+    offset_[static_cast<size_t>(e) + 1] =
+        offset_[static_cast<size_t>(e)] + count_[static_cast<size_t>(e)];
+  }
+  grow(order_, static_cast<size_t>(n_items));
+  std::fill(count_.begin(), count_.end(), 0);
+  for (int64_t i = 0; i < n_items; ++i) {
+    const auto e = static_cast<size_t>(items[static_cast<size_t>(i)].expert);
+    order_[static_cast<size_t>(offset_[e] + count_[e]++)] = static_cast<int32_t>(i);
+  }
+  grow(item_out_, static_cast<size_t>(n_items * n_embd_));
+
+  for (int64_t e = 0; e < n_expert_; ++e) {
+    const int64_t begin = offset_[static_cast<size_t>(e)];
+    const int64_t cnt = offset_[static_cast<size_t>(e) + 1] - begin;
+    if (cnt == 0) continue;
+    const ExpertWeights& w = experts[static_cast<size_t>(e)];
+    grow(xg_, static_cast<size_t>(cnt * n_embd_));
+    grow(g_, static_cast<size_t>(cnt * n_ff_));
+    grow(u_, static_cast<size_t>(cnt * n_ff_));
+    for (int64_t r = 0; r < cnt; ++r) {
+      const ExpertItem& it = items[static_cast<size_t>(order_[static_cast<size_t>(begin + r)])];
+      std::memcpy(xg_.data() + r * n_embd_, x + it.token * n_embd_,
+                  static_cast<size_t>(n_embd_) * sizeof(float));
+    }
+    cpu::matmul(w.gate, xg_.data(), cnt, g_.data(), pool_, mm_scratch_, isa_);
+    cpu::matmul(w.up, xg_.data(), cnt, u_.data(), pool_, mm_scratch_, isa_);
+    for (int64_t i = 0; i < cnt * n_ff_; ++i) {
+      const float gv = g_[static_cast<size_t>(i)];
+      g_[static_cast<size_t>(i)] = gv / (1.0f + std::exp(-gv)) * u_[static_cast<size_t>(i)];
+    }
+    // The down projection lands in xg_ (free again), then each row goes to its item's slot.
+    cpu::matmul(w.down, g_.data(), cnt, xg_.data(), pool_, mm_scratch_, isa_);
+    for (int64_t r = 0; r < cnt; ++r) {
+      std::memcpy(item_out_.data() + order_[static_cast<size_t>(begin + r)] * n_embd_,
+                  xg_.data() + r * n_embd_, static_cast<size_t>(n_embd_) * sizeof(float));
+    }
+  }
+  // Weighted sum in item order, independent of how the items were grouped.
+  std::fill(out, out + n_tokens * n_embd_, 0.0f);
+  for (int64_t i = 0; i < n_items; ++i) {
+    const ExpertItem& it = items[static_cast<size_t>(i)];
+    float* o = out + it.token * n_embd_;
+    const float* y = item_out_.data() + i * n_embd_;
+    for (int64_t d = 0; d < n_embd_; ++d) o[d] += it.weight * y[d];
+  }
+}
+
+}  // namespace moe::model

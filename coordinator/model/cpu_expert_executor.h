@@ -1,0 +1,46 @@
+// ExpertExecutor on the CPU over the mmapped GGUF expert tensors. Items are grouped by expert so
+// that each expert's gate/up/down weights are read once per batch (prefill); a single decode token
+// simply runs its k experts.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/gguf.h"
+#include "coordinator/model/expert_executor.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace moe::model {
+
+// A layer's stacked expert tensors: gate/up [n_embd, n_ff, n_expert], down [n_ff, n_embd,
+// n_expert].
+struct ExpertLayerTensors {
+  const gguf::TensorInfo* gate = nullptr;
+  const gguf::TensorInfo* up = nullptr;
+  const gguf::TensorInfo* down = nullptr;
+};
+
+class CpuExpertExecutor final : public ExpertExecutor {
+ public:
+  CpuExpertExecutor(std::vector<ExpertLayerTensors> layers, int64_t n_embd, int64_t n_ff,
+                    int64_t n_expert, cpu::ThreadPool& pool, cpu::Isa isa);
+
+  void run(int64_t layer, const float* x, int64_t n_tokens, std::span<const ExpertItem> items,
+           float* out) override;
+
+ private:
+  struct ExpertWeights {
+    cpu::WeightMatrix gate, up, down;
+  };
+  std::vector<std::vector<ExpertWeights>> layers_;  // [layer][expert]
+  int64_t n_embd_, n_ff_, n_expert_;
+  cpu::ThreadPool& pool_;
+  cpu::Isa isa_;
+  cpu::MatmulScratch mm_scratch_;
+  // Grow-only buffers: after the largest batch has been seen, run() allocates nothing.
+  std::vector<int32_t> count_, offset_, order_;
+  std::vector<float> xg_, g_, u_, item_out_;
+};
+
+}  // namespace moe::model

@@ -1,0 +1,67 @@
+// Per-sequence KV cache: for every layer, K and V rows (one row of n_head_kv * head_dim values per
+// position) stored as f32, f16, q8_0 or q4_0 (llama.cpp's -ctk/-ctv names). One object per
+// sequence, so several sequences are several caches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ggml_type.h"
+#include "coordinator/model/model_config.h"
+
+namespace moe::model {
+
+enum class KvType { F32, F16, Q8_0, Q4_0 };
+
+// "f32", "f16", "q8_0", "q4_0"; anything else throws moe::Error.
+KvType parse_kv_type(std::string_view name);
+std::string_view kv_type_name(KvType t);
+GgmlType kv_ggml_type(KvType t);
+
+class KvCache {
+ public:
+  // Storage for n_ctx positions of every layer of `cfg`. Throws moe::Error when n_ctx < 1 or a
+  // row does not split into whole blocks of the chosen type.
+  KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type);
+
+  int64_t n_ctx() const { return n_ctx_; }
+  // Positions already evaluated (the next token goes at n_past()).
+  int64_t n_past() const { return n_past_; }
+  KvType k_type() const { return k_type_; }
+  KvType v_type() const { return v_type_; }
+  int64_t k_row_elems(int64_t layer) const { return layers_[static_cast<size_t>(layer)].k_elems; }
+  int64_t v_row_elems(int64_t layer) const { return layers_[static_cast<size_t>(layer)].v_elems; }
+
+  // Throws "context length N exceeded" unless n more positions fit after n_past().
+  void check_room(int64_t n) const;
+
+  // Writes the K and V rows of position `pos` (converted to the cache types).
+  void store(int64_t layer, int64_t pos, const float* k_row, const float* v_row);
+
+  // Direct f32 rows [0, n_ctx) of a layer when the type is F32, else nullptr.
+  const float* k_f32(int64_t layer) const;
+  const float* v_f32(int64_t layer) const;
+  // Decodes rows [pos, pos + n) into dst (n * row_elems floats).
+  void read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const;
+  void read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const;
+
+  // Marks n more positions as evaluated (after a whole batch succeeded).
+  void advance(int64_t n);
+  // Forgets every position (the storage is kept).
+  void clear() { n_past_ = 0; }
+
+ private:
+  struct Layer {
+    int64_t k_elems = 0, v_elems = 0;
+    size_t k_row_bytes = 0, v_row_bytes = 0;
+    std::vector<unsigned char> k, v;
+  };
+  int64_t n_ctx_;
+  int64_t n_past_ = 0;
+  KvType k_type_, v_type_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace moe::model

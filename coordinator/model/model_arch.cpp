@@ -1,0 +1,16 @@
+#include "coordinator/model/model_arch.h"
+
+#include <string>
+
+#include "common/error.h"
+#include "coordinator/model/qwen3moe.h"
+
+namespace moe::model {
+
+std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::ThreadPool& pool) {
+  const std::string_view arch = file.require_string("general.architecture");
+  if (arch == "qwen3moe") return std::make_unique<Qwen3Moe>(file, pool);
+  throw Error("unsupported model architecture '" + std::string(arch) + "' (supported: qwen3moe)");
+}
+
+}  // namespace moe::model

@@ -1,0 +1,68 @@
+// The per-architecture seam (DESIGN.md §6): hyperparameters, tensor table and forward. A new
+// architecture is a new ModelArch implementation plus one line in create_model_arch().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "common/gguf.h"
+#include "coordinator/model/kv_cache.h"
+#include "coordinator/model/model_config.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace moe::model {
+
+// What one MoE layer did for a batch, handed to ForwardHooks::observe_layer. Pointers are valid
+// only during the callback. Row t is the token at position pos0 + t.
+struct LayerTrace {
+  int64_t layer = 0;
+  int64_t pos0 = 0;
+  int64_t n_tokens = 0;
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_embd = 0;
+  const float* router_logits = nullptr;  // [n_tokens, n_expert]
+  const float* router_probs = nullptr;   // [n_tokens, n_expert] softmax of the logits
+  const int32_t* experts = nullptr;      // [n_tokens, n_expert_used], descending probability
+  const float* weights = nullptr;        // [n_tokens, n_expert_used], renormalized
+  const float* l_out = nullptr;          // [n_tokens, n_embd] residual stream after the layer
+};
+
+// Optional test and tooling hooks; empty functions cost nothing.
+struct ForwardHooks {
+  // Return true and write n_expert_used ids to override the router's choice for the token at
+  // `pos` in `layer`; the weights are then the router's probabilities of those experts,
+  // renormalized.
+  std::function<bool(int64_t layer, int64_t pos, int32_t* experts)> force_experts;
+  std::function<void(const LayerTrace&)> observe_layer;
+};
+
+enum class LogitsMode { All, Last };
+
+class ModelArch {
+ public:
+  virtual ~ModelArch() = default;
+  virtual std::string_view name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+
+  // Evaluates `tokens` as one batch at positions cache.n_past() onwards, appending their K/V to
+  // `cache`. One call at a time per ModelArch (it owns the scratch buffers and the thread pool).
+  // Writes logits [n_tokens, n_vocab] (All) or [1, n_vocab] of the last token (Last). Throws
+  // moe::Error (cache unchanged) on a bad token id or when the context would overflow.
+  virtual void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
+                       float* logits, const ForwardHooks* hooks = nullptr) = 0;
+
+  // A KV cache for one sequence of this model.
+  KvCache make_cache(int64_t n_ctx, KvType k_type, KvType v_type) const {
+    return KvCache(config(), n_ctx, k_type, v_type);
+  }
+};
+
+// The implementation for the file's general.architecture; throws moe::Error for unknown
+// architectures or bad tensors. `file` and `pool` must outlive the result.
+std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::ThreadPool& pool);
+
+}  // namespace moe::model

@@ -1,0 +1,180 @@
+#include "coordinator/model/qwen3moe.h"
+
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "coordinator/model/rmsnorm.h"
+#include "coordinator/model/rope.h"
+#include "coordinator/model/router.h"
+#include "coordinator/model/tensor_table.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dequant.h"
+
+namespace moe::model {
+namespace {
+
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+void add_rows(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+Qwen3Moe::Qwen3Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool)
+    : cfg_(ModelConfig::from_gguf(f)), pool_(pool), isa_(cpu::best_isa()) {
+  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+  const int64_t X = cfg_.n_expert, F = cfg_.n_ff_exp;
+  if (cfg_.n_rot != hk) {
+    throw Error(cfg_.arch + ".rope.dimension_count: qwen3moe rotates the whole head (" +
+                std::to_string(hk) + "), found " + std::to_string(cfg_.n_rot));
+  }
+  tok_embd_ = &require_tensor(f, "token_embd.weight", {E, V});
+  tok_row_bytes_ =
+      static_cast<size_t>(*ggml_row_bytes(tok_embd_->type(), static_cast<uint64_t>(E)));
+  output_norm_ = vector_f32(require_tensor(f, "output_norm.weight", {E}));
+  // Without output.weight the head is tied to the token embedding.
+  const gguf::TensorInfo* out = optional_tensor(f, "output.weight", {E, V});
+  output_ = weight_matrix(out ? *out : *tok_embd_);
+
+  std::vector<ExpertLayerTensors> expert_tensors;
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer L;
+    L.n_head = cfg_.n_head[static_cast<size_t>(l)];
+    L.n_head_kv = cfg_.n_head_kv[static_cast<size_t>(l)];
+    L.attn_norm = vector_f32(require_tensor(f, p + "attn_norm.weight", {E}));
+    L.q_norm = vector_f32(require_tensor(f, p + "attn_q_norm.weight", {hk}));
+    L.k_norm = vector_f32(require_tensor(f, p + "attn_k_norm.weight", {hk}));
+    L.ffn_norm = vector_f32(require_tensor(f, p + "ffn_norm.weight", {E}));
+    L.wq = weight_matrix(require_tensor(f, p + "attn_q.weight", {E, L.n_head * hk}));
+    L.wk = weight_matrix(require_tensor(f, p + "attn_k.weight", {E, L.n_head_kv * hk}));
+    L.wv = weight_matrix(require_tensor(f, p + "attn_v.weight", {E, L.n_head_kv * hv}));
+    L.wo = weight_matrix(require_tensor(f, p + "attn_output.weight", {L.n_head * hv, E}));
+    L.router = weight_matrix(require_tensor(f, p + "ffn_gate_inp.weight", {E, X}));
+    ExpertLayerTensors et;
+    et.gate = &require_tensor(f, p + "ffn_gate_exps.weight", {E, F, X});
+    et.up = &require_tensor(f, p + "ffn_up_exps.weight", {E, F, X});
+    et.down = &require_tensor(f, p + "ffn_down_exps.weight", {F, E, X});
+    expert_tensors.push_back(et);
+    layers_.push_back(std::move(L));
+  }
+  experts_ = std::make_unique<CpuExpertExecutor>(std::move(expert_tensors), E, F, X, pool_, isa_);
+}
+
+void Qwen3Moe::ensure_scratch(int64_t n, int64_t /*n_kv*/) {
+  const int64_t E = cfg_.n_embd, H = cfg_.max_n_head(), HK = cfg_.max_n_head_kv();
+  const int64_t hd = std::max(cfg_.head_dim_k, cfg_.head_dim_v);
+  grow(x_, n * E);
+  grow(xn_, n * E);
+  grow(tmp_, n * E);
+  grow(moe_out_, n * E);
+  grow(q_, n * H * hd);
+  grow(attn_, n * H * hd);
+  grow(k_, n * HK * hd);
+  grow(v_, n * HK * hd);
+  grow(rlogits_, n * cfg_.n_expert);
+  grow(rprobs_, n * cfg_.n_expert);
+  grow(rweights_, n * cfg_.n_expert_used);
+  grow(rids_, n * cfg_.n_expert_used);
+  grow(forced_, cfg_.n_expert_used);
+  grow(items_, n * cfg_.n_expert_used);
+  grow(rope_cs_, cfg_.n_rot);
+}
+
+void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
+                       float* logits, const ForwardHooks* hooks) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw Error("forward: empty batch");
+  cache.check_room(n);
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= cfg_.n_vocab) {
+      throw Error("token id " + std::to_string(t) + " out of range [0, " +
+                  std::to_string(cfg_.n_vocab) + ")");
+    }
+  }
+  const int64_t pos0 = cache.n_past();
+  const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+  const int64_t K = cfg_.n_expert_used, X = cfg_.n_expert;
+  ensure_scratch(n, pos0 + n);
+
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::dequantize_row(
+        tok_embd_->type(),
+        tok_embd_->data + static_cast<size_t>(tokens[static_cast<size_t>(i)]) * tok_row_bytes_,
+        x_.data() + i * E, E);
+  }
+
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
+    // Attention block.
+    rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    cpu::matmul(L.wq, xn_.data(), n, q_.data(), pool_, mm_, isa_);
+    cpu::matmul(L.wk, xn_.data(), n, k_.data(), pool_, mm_, isa_);
+    cpu::matmul(L.wv, xn_.data(), n, v_.data(), pool_, mm_, isa_);
+    // q/k RMSNorm per head (one shared gain vector over head_dim), before RoPE.
+    rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
+    rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);
+    for (int64_t i = 0; i < n; ++i) {
+      rope_angles(pos0 + i, cfg_.n_rot, cfg_.rope_freq_base, rope_cs_.data());
+      rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
+      rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
+      cache.store(l, pos0 + i, k_.data() + i * kw, v_.data() + i * vw);
+    }
+    const AttentionShape shape{L.n_head, L.n_head_kv, hk, hv,
+                               1.0f / std::sqrt(static_cast<float>(hk))};
+    attention(shape, q_.data(), n, pos0, cache, l, attn_.data(), pool_, attn_scratch_);
+    cpu::matmul(L.wo, attn_.data(), n, tmp_.data(), pool_, mm_, isa_);
+    add_rows(x_.data(), tmp_.data(), n * E);
+
+    // MoE block: the router runs in f32 (F32 weights take F32 activations).
+    rmsnorm_rows(x_.data(), L.ffn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    cpu::matmul(L.router, xn_.data(), n, rlogits_.data(), pool_, mm_, isa_);
+    for (int64_t i = 0; i < n; ++i) {
+      const bool forced =
+          hooks && hooks->force_experts && hooks->force_experts(l, pos0 + i, forced_.data());
+      route_token(rlogits_.data() + i * X, X, K, forced ? forced_.data() : nullptr,
+                  rprobs_.data() + i * X, rids_.data() + i * K, rweights_.data() + i * K);
+      for (int64_t j = 0; j < K; ++j) {
+        items_[static_cast<size_t>(i * K + j)] = {static_cast<int32_t>(i),
+                                                  rids_[static_cast<size_t>(i * K + j)],
+                                                  rweights_[static_cast<size_t>(i * K + j)]};
+      }
+    }
+    experts_->run(l, xn_.data(), n,
+                  std::span<const ExpertItem>(items_.data(), static_cast<size_t>(n * K)),
+                  moe_out_.data());
+    add_rows(x_.data(), moe_out_.data(), n * E);
+
+    if (hooks && hooks->observe_layer) {
+      LayerTrace tr;
+      tr.layer = l;
+      tr.pos0 = pos0;
+      tr.n_tokens = n;
+      tr.n_expert = X;
+      tr.n_expert_used = K;
+      tr.n_embd = E;
+      tr.router_logits = rlogits_.data();
+      tr.router_probs = rprobs_.data();
+      tr.experts = rids_.data();
+      tr.weights = rweights_.data();
+      tr.l_out = x_.data();
+      hooks->observe_layer(tr);
+    }
+  }
+
+  // Output head: only the rows whose logits were asked for.
+  const int64_t first = mode == LogitsMode::All ? 0 : n - 1;
+  const int64_t rows = n - first;
+  rmsnorm_rows(x_.data() + first * E, output_norm_.data(), xn_.data(), rows, E, cfg_.rms_eps);
+  cpu::matmul(output_, xn_.data(), rows, logits, pool_, mm_, isa_);
+  cache.advance(n);
+}
+
+}  // namespace moe::model

@@ -1,0 +1,194 @@
+// moe-bench: prompt-processing (pp) and token-generation (tg) throughput like llama-bench. pp
+// evaluates one batch of -p random token ids from an empty cache; tg decodes -n tokens one at a
+// time from an empty cache, each the greedy choice of the previous step. Each test runs once to
+// warm up, then -r times; the table shows the median and standard deviation of tokens/second.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/gguf.h"
+#include "coordinator/model/generation.h"
+#include "coordinator/model/model_arch.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace {
+
+using namespace moe::model;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string model;
+  int64_t n_prompt = 512, n_gen = 128;
+  int threads = 0;
+  int reps = 5;
+  std::string output = "md";
+  std::string ctk = "f16", ctv = "f16";
+};
+
+struct Result {
+  std::string test;
+  int64_t n_prompt = 0, n_gen = 0;
+  std::vector<double> samples_ts;
+  double median = 0, mean = 0, stddev = 0;
+};
+
+void summarize(Result& r) {
+  std::vector<double> s = r.samples_ts;
+  std::sort(s.begin(), s.end());
+  const size_t n = s.size();
+  r.median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  double sum = 0;
+  for (double x : s) sum += x;
+  r.mean = sum / static_cast<double>(n);
+  double sq = 0;
+  for (double x : s) sq += (x - r.mean) * (x - r.mean);
+  r.stddev = n > 1 ? std::sqrt(sq / static_cast<double>(n - 1)) : 0.0;  // sample sd, as llama-bench
+}
+
+std::string format_params(uint64_t n) {
+  char buf[32];
+  if (n >= 1000000000ull)
+    std::snprintf(buf, sizeof buf, "%.2f B", static_cast<double>(n) / 1e9);
+  else if (n >= 1000000ull)
+    std::snprintf(buf, sizeof buf, "%.2f M", static_cast<double>(n) / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f K", static_cast<double>(n) / 1e3);
+  return buf;
+}
+
+int run(const Args& a) {
+  const auto file = moe::gguf::GgufFile::open(a.model);
+  const int threads = a.threads > 0
+                          ? a.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  moe::cpu::ThreadPool pool(threads);
+  auto model = create_model_arch(file, pool);
+  const ModelConfig& cfg = model->config();
+  uint64_t bytes = 0, params = 0;
+  for (const auto& t : file.tensors()) {
+    bytes += t.n_bytes;
+    params += static_cast<uint64_t>(t.n_elements());
+  }
+  const int64_t n_ctx = std::max<int64_t>(1, a.n_prompt + a.n_gen);
+  KvCache cache = model->make_cache(n_ctx, parse_kv_type(a.ctk), parse_kv_type(a.ctv));
+  std::vector<float> logits(static_cast<size_t>(cfg.n_vocab));
+  std::mt19937 rng(1234);  // fixed seed: the same token ids every run
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(cfg.n_vocab) - 1);
+
+  std::vector<Result> results;
+  if (a.n_prompt > 0) {
+    Result r{"pp" + std::to_string(a.n_prompt), a.n_prompt, 0, {}, 0, 0, 0};
+    std::vector<int32_t> tokens(static_cast<size_t>(a.n_prompt));
+    for (auto& t : tokens) t = dist(rng);
+    for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up
+      cache.clear();
+      const auto t0 = Clock::now();
+      model->forward(tokens, cache, LogitsMode::Last, logits.data());
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_prompt) / s);
+    }
+    summarize(r);
+    results.push_back(std::move(r));
+  }
+  if (a.n_gen > 0) {
+    Result r{"tg" + std::to_string(a.n_gen), 0, a.n_gen, {}, 0, 0, 0};
+    const int32_t first = dist(rng);
+    for (int rep = -1; rep < a.reps; ++rep) {
+      cache.clear();
+      int32_t tok = first;
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < a.n_gen; ++i) {
+        model->forward(std::span<const int32_t>(&tok, 1), cache, LogitsMode::Last, logits.data());
+        tok = argmax(logits);
+      }
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_gen) / s);
+    }
+    summarize(r);
+    results.push_back(std::move(r));
+  }
+
+  const std::string name = std::filesystem::path(a.model).filename().string();
+  const double gib = static_cast<double>(bytes) / static_cast<double>(1ull << 30);
+  if (a.output == "json") {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const Result& r : results) {
+      out.push_back({{"model_filename", a.model},
+                     {"model_type", std::string(model->name())},
+                     {"model_size", bytes},
+                     {"model_n_params", params},
+                     {"backend", "CPU"},
+                     {"n_threads", threads},
+                     {"type_k", a.ctk},
+                     {"type_v", a.ctv},
+                     {"n_prompt", r.n_prompt},
+                     {"n_gen", r.n_gen},
+                     {"test", r.test},
+                     {"avg_ts", r.mean},
+                     {"median_ts", r.median},
+                     {"stddev_ts", r.stddev},
+                     {"samples_ts", r.samples_ts}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("| model | size | params | backend | threads | test | t/s |\n");
+  std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+  for (const Result& r : results) {
+    std::printf("| %s | %.2f %s | %s | CPU | %d | %s | %.2f ± %.2f |\n", name.c_str(),
+                gib >= 1.0 ? gib : gib * 1024.0, gib >= 1.0 ? "GiB" : "MiB",
+                format_params(params).c_str(), threads, r.test.c_str(), r.median, r.stddev);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> argv_s(argv, argv + argc);
+  for (auto& s : argv_s) {
+    if (s == "-ctk") s = "--cache-type-k";
+    if (s == "-ctv") s = "--cache-type-v";
+  }
+  std::vector<char*> argv_p;
+  for (auto& s : argv_s) argv_p.push_back(s.data());
+
+  CLI::App app{"Measure prompt processing and generation speed of a MoE GGUF model"};
+  Args a;
+  const std::vector<std::string> kv_types = {"f32", "f16", "q8_0", "q4_0"};
+  app.add_option("-m,--model", a.model, "GGUF model file")->required();
+  app.add_option("-p,--n-prompt", a.n_prompt, "prompt tokens (pp test; 0: skip)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("-n,--n-gen", a.n_gen, "generated tokens (tg test; 0: skip)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("-t,--threads", a.threads, "threads (default: hardware threads)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("-r,--repetitions", a.reps, "repetitions of each test (after one warm-up)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("-o,--output", a.output, "output format: md|json")
+      ->check(CLI::IsMember({"md", "json"}));
+  app.add_option("--cache-type-k", a.ctk, "K cache type (-ctk)")->check(CLI::IsMember(kv_types));
+  app.add_option("--cache-type-v", a.ctv, "V cache type (-ctv)")->check(CLI::IsMember(kv_types));
+  try {
+    app.parse(static_cast<int>(argv_p.size()), argv_p.data());
+    if (a.n_prompt == 0 && a.n_gen == 0) throw CLI::ValidationError("-p and -n are both 0");
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe-bench: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,141 @@
+// KV cache types (f16/q8_0/q4_0 close to f32), context overflow, and the cache's own bookkeeping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/gguf.h"
+#include "coordinator/model/forced_routing.h"
+#include "coordinator/model/generation.h"
+#include "coordinator/model/model_arch.h"
+#include "tests/model/synth_model.h"
+#include "tests/testdata.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace moe::model;
+
+// Prompt batch + 16 teacher-forced decode steps on the golden F16 model, routing forced.
+std::vector<float> run_with_cache(ModelArch& model, const fs::path& dir, KvType kt, KvType vt) {
+  const auto prompt = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
+  const auto greedy = moe::test::read_raw<int32_t>(dir / "greedy_tokens.i32");
+  ForcedRouting forced(dir.string(), model.config().n_layer, model.config().n_expert_used);
+  const ForwardHooks hooks = forced.hooks();
+  KvCache cache = model.make_cache(256, kt, vt);
+  std::vector<float> logits = evaluate_batch(model, cache, prompt, &hooks);
+  std::vector<float> row(static_cast<size_t>(model.config().n_vocab));
+  for (size_t s = 0; s < 16; ++s) {
+    model.forward(std::span<const int32_t>(&greedy[s], 1), cache, LogitsMode::Last, row.data(),
+                  &hooks);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  return logits;
+}
+
+TEST(KvCache, QuantizedTypesStayCloseToF32) {
+  const fs::path root = moe::test::testdata_dir();
+  const auto file = moe::gguf::GgufFile::open((root / "models/tiny-qwen3moe-sv-F16.gguf").string());
+  moe::cpu::ThreadPool pool(1);
+  auto model = create_model_arch(file, pool);
+  const fs::path dir = root / "golden/tiny-qwen3moe-sv-F16/chat";
+  const std::vector<float> base = run_with_cache(*model, dir, KvType::F32, KvType::F32);
+  struct T {
+    KvType k, v;
+    double max, rms;
+  };
+  // Loose bounds: f16 rounding is tiny, q8_0 small, q4_0 coarse (4-bit K and V).
+  for (const T& t :
+       {T{KvType::F16, KvType::F16, 0.05, 0.01}, T{KvType::Q8_0, KvType::Q8_0, 0.3, 0.05},
+        T{KvType::Q4_0, KvType::Q4_0, 2.0, 0.4}, T{KvType::F16, KvType::Q8_0, 0.3, 0.05}}) {
+    const std::vector<float> got = run_with_cache(*model, dir, t.k, t.v);
+    ASSERT_EQ(got.size(), base.size());
+    double mx = 0, ss = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double d = got[i] - base[i];
+      mx = std::max(mx, std::fabs(d));
+      ss += d * d;
+    }
+    const double rms = std::sqrt(ss / static_cast<double>(got.size()));
+    std::printf("[kv-cache] K %s V %s vs f32: max|diff| %.4f rms %.5f\n",
+                std::string(kv_type_name(t.k)).c_str(), std::string(kv_type_name(t.v)).c_str(), mx,
+                rms);
+    EXPECT_LE(mx, t.max) << kv_type_name(t.k);
+    EXPECT_LE(rms, t.rms) << kv_type_name(t.k);
+    EXPECT_GT(mx, 0.0) << "a quantized cache should change something";
+  }
+}
+
+TEST(KvCache, ContextOverflowIsAnError) {
+  const std::string path =
+      (fs::temp_directory_path() / ("moe_model_kv_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  moe::test::write_synth(path, {});
+  const auto file = moe::gguf::GgufFile::open(path);
+  moe::cpu::ThreadPool pool(1);
+  auto model = create_model_arch(file, pool);
+  KvCache cache = model->make_cache(8, KvType::F16, KvType::F16);
+  std::vector<float> logits(static_cast<size_t>(9 * model->config().n_vocab));
+  const std::vector<int32_t> nine = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  try {
+    model->forward(nine, cache, LogitsMode::All, logits.data());
+    FAIL() << "no error";
+  } catch (const moe::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context length 8 exceeded"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(cache.n_past(), 0);
+  model->forward(std::span<const int32_t>(nine.data(), 7), cache, LogitsMode::Last, logits.data());
+  model->forward(std::span<const int32_t>(nine.data(), 1), cache, LogitsMode::Last, logits.data());
+  EXPECT_EQ(cache.n_past(), 8);
+  EXPECT_THROW(model->forward(std::span<const int32_t>(nine.data(), 1), cache, LogitsMode::Last,
+                              logits.data()),
+               moe::Error);
+  EXPECT_EQ(cache.n_past(), 8);
+  // generate() checks the room for the prompt and all decode steps up front.
+  cache.clear();
+  GenerateOptions opt;
+  opt.n_steps = 4;
+  EXPECT_THROW(generate(*model, cache, std::span<const int32_t>(nine.data(), 6), opt), moe::Error);
+  // Bad token ids are errors too, not crashes.
+  const std::vector<int32_t> bad = {static_cast<int32_t>(model->config().n_vocab)};
+  EXPECT_THROW(model->forward(bad, cache, LogitsMode::Last, logits.data()), moe::Error);
+  fs::remove(path);
+}
+
+TEST(KvCache, TypeNames) {
+  for (const char* n : {"f32", "f16", "q8_0", "q4_0"}) EXPECT_EQ(kv_type_name(parse_kv_type(n)), n);
+  EXPECT_THROW(parse_kv_type("q5_1"), moe::Error);
+  EXPECT_THROW(parse_kv_type("F16"), moe::Error);
+}
+
+TEST(KvCache, StoresAndReadsBackEveryType) {
+  ModelConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_head_kv = {2, 2};
+  cfg.head_dim_k = cfg.head_dim_v = 64;
+  std::vector<float> k(128), v(128), out(128);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = std::sin(static_cast<float>(i) * 0.37f);
+    v[i] = std::cos(static_cast<float>(i) * 0.11f) * 2;
+  }
+  for (KvType t : {KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0}) {
+    KvCache c(cfg, 4, t, t);
+    c.store(1, 3, k.data(), v.data());
+    c.read_k(1, 3, 1, out.data());
+    const double tol = t == KvType::F32    ? 0
+                       : t == KvType::F16  ? 1e-3
+                       : t == KvType::Q8_0 ? 1e-2
+                                           : 0.15;
+    for (size_t i = 0; i < k.size(); ++i) EXPECT_NEAR(out[i], k[i], tol) << kv_type_name(t);
+    c.read_v(1, 3, 1, out.data());
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(out[i], v[i], 2 * tol) << kv_type_name(t);
+    EXPECT_THROW(c.store(0, 4, k.data(), v.data()), moe::Error);
+  }
+}
+
+}  // namespace
