@@ -18,6 +18,7 @@
 #include "common/gguf.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/tools/llama_cli_args.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace {
@@ -154,17 +155,12 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> argv_s(argv, argv + argc);
-  for (auto& s : argv_s) {
-    if (s == "-ctk") s = "--cache-type-k";
-    if (s == "-ctv") s = "--cache-type-v";
-  }
-  std::vector<char*> argv_p;
-  for (auto& s : argv_s) argv_p.push_back(s.data());
+  std::vector<std::string> argv_s;
+  std::vector<char*> argv_p = moe::tools::llama_style_argv(argc, argv, argv_s);
 
   CLI::App app{"Measure prompt processing and generation speed of a MoE GGUF model"};
   Args a;
-  const std::vector<std::string> kv_types = {"f32", "f16", "q8_0", "q4_0"};
+  const auto& kv_types = moe::tools::kKvCacheTypes;
   app.add_option("-m,--model", a.model, "GGUF model file")->required();
   app.add_option("-p,--n-prompt", a.n_prompt, "prompt tokens (pp test; 0: skip)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));

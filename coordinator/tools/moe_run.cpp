@@ -16,6 +16,7 @@
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/tools/llama_cli_args.h"
 #include "coordinator/tools/run_text.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -132,18 +133,12 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // llama.cpp spells the cache types -ctk/-ctv; CLI11 only knows single-letter short options.
-  std::vector<std::string> argv_s(argv, argv + argc);
-  for (auto& s : argv_s) {
-    if (s == "-ctk") s = "--cache-type-k";
-    if (s == "-ctv") s = "--cache-type-v";
-  }
-  std::vector<char*> argv_p;
-  for (auto& s : argv_s) argv_p.push_back(s.data());
+  std::vector<std::string> argv_s;
+  std::vector<char*> argv_p = moe::tools::llama_style_argv(argc, argv, argv_s);
 
   CLI::App app{"Evaluate a MoE GGUF model: token ids, text generation or chat templates"};
   Args a;
-  const std::vector<std::string> kv_types = {"f32", "f16", "q8_0", "q4_0"};
+  const auto& kv_types = moe::tools::kKvCacheTypes;
   app.add_option("-m,--model", a.model, "GGUF model file")->required();
   app.add_option("-t,--threads", a.threads, "threads (default: hardware threads)")
       ->check(CLI::Range(1, 1024));
