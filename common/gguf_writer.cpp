@@ -91,6 +91,80 @@ void GgufWriter::set_f32s(const std::string& k, const std::vector<float>& v) {
   add_kv(k, ValueType::ARRAY, std::move(b));
 }
 
+void GgufWriter::copy_value(const std::string& k, const Value& v) {
+  std::vector<uint8_t> b;
+  const auto scalar_bytes = [&](ValueType t) {
+    switch (t) {
+      case ValueType::U8:
+        return put<uint8_t>(b, static_cast<uint8_t>(std::get<uint64_t>(v.v)));
+      case ValueType::U16:
+        return put<uint16_t>(b, static_cast<uint16_t>(std::get<uint64_t>(v.v)));
+      case ValueType::U32:
+        return put<uint32_t>(b, static_cast<uint32_t>(std::get<uint64_t>(v.v)));
+      case ValueType::U64:
+        return put<uint64_t>(b, std::get<uint64_t>(v.v));
+      case ValueType::I8:
+        return put<int8_t>(b, static_cast<int8_t>(std::get<int64_t>(v.v)));
+      case ValueType::I16:
+        return put<int16_t>(b, static_cast<int16_t>(std::get<int64_t>(v.v)));
+      case ValueType::I32:
+        return put<int32_t>(b, static_cast<int32_t>(std::get<int64_t>(v.v)));
+      case ValueType::I64:
+        return put<int64_t>(b, std::get<int64_t>(v.v));
+      case ValueType::F32:
+        return put<float>(b, static_cast<float>(std::get<double>(v.v)));
+      case ValueType::F64:
+        return put<double>(b, std::get<double>(v.v));
+      case ValueType::BOOL:
+        return put<uint8_t>(b, std::get<bool>(v.v) ? 1 : 0);
+      case ValueType::STRING:
+        return put_string(b, std::string(std::get<std::string_view>(v.v)));
+      default:
+        throw Error("GGUF writer: cannot copy key '" + k + "' of type " +
+                    std::string(value_type_name(t)));
+    }
+  };
+  if (v.type != ValueType::ARRAY) {
+    scalar_bytes(v.type);
+    return add_kv(k, v.type, std::move(b));
+  }
+  const auto& a = std::get<ArrayValue>(v.v);
+  put<uint32_t>(b, static_cast<uint32_t>(a.elem_type));
+  put<uint64_t>(b, a.count);
+  if (a.elem_type == ValueType::STRING) {
+    for (const auto s : a.strings) put_string(b, std::string(s));
+  } else {
+    size_t elem = 0;
+    switch (a.elem_type) {
+      case ValueType::U8:
+      case ValueType::I8:
+      case ValueType::BOOL:
+        elem = 1;
+        break;
+      case ValueType::U16:
+      case ValueType::I16:
+        elem = 2;
+        break;
+      case ValueType::U32:
+      case ValueType::I32:
+      case ValueType::F32:
+        elem = 4;
+        break;
+      case ValueType::U64:
+      case ValueType::I64:
+      case ValueType::F64:
+        elem = 8;
+        break;
+      default:
+        throw Error("GGUF writer: cannot copy array key '" + k + "' of element type " +
+                    std::string(value_type_name(a.elem_type)));
+    }
+    // The parser validated count * elem against the file, so the raw bytes are all there.
+    b.insert(b.end(), a.data, a.data + a.count * elem);
+  }
+  add_kv(k, ValueType::ARRAY, std::move(b));
+}
+
 void GgufWriter::add_tensor(const std::string& name, GgmlType type,
                             const std::vector<int64_t>& ne) {
   const std::string what = "GGUF writer: tensor '" + name + "'";

@@ -25,6 +25,9 @@ class GgufWriter {
   void set_strings(const std::string& key, const std::vector<std::string>& v);
   void set_i32s(const std::string& key, const std::vector<int32_t>& v);
   void set_f32s(const std::string& key, const std::vector<float>& v);
+  // A value read from another file, re-encoded with its original type (arrays of arrays are
+  // rejected with moe::Error).
+  void copy_value(const std::string& key, const Value& v);
 
   // ne[0] is the fastest dimension; throws moe::Error for a bad shape or duplicate name.
   void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne);

@@ -18,15 +18,36 @@ struct Qwen3MoeSpec {
   int64_t n_vocab = 0;
   bool with_tokenizer = true;
   GgmlType wtype = GgmlType::F16;  // matrices; norms and the router stay F32
-  bool tied = false;               // no output.weight
+  // Uniform: every matrix is wtype. KQuantM: llama-quantize's Q4_K_M/Q5_K_M rules on top of
+  // wtype (output.weight and, on "more bits" layers, attn_v and ffn_down_exps are Q6_K).
+  // Either way a K-quant on a row length not divisible by 256 falls back as llama-quantize does.
+  enum class Mix { Uniform, KQuantM } mix = Mix::Uniform;
+  bool tied = false;  // no output.weight
   uint64_t seed = 1234;
   float rope_base = 1e6f;
+  // Expert popularity: 0 = no preference; X > 0 lowers the router logit of the expert of
+  // popularity rank r (a random permutation per layer) by about X * ln(1 + r), Zipf-like.
+  float skew = 0.0f;
+  // Copy every tokenizer.* key (vocabulary, merges, specials, chat template) from this GGUF and
+  // size the embedding and output by its vocabulary; empty = the built-in byte-level vocabulary.
+  std::string vocab_from;
+  int threads = 0;  // weight generation threads; 0 = every core
   std::string name = "moe-synth";
   // Called for each tensor before it is written (tests use it to make broken models); set
   // `skip` to leave the tensor out. Types we cannot generate are written as zeros.
   std::function<void(const std::string& name, GgmlType& type, std::vector<int64_t>& ne, bool& skip)>
       mutate;
 };
+
+// Named shapes: "tiny" (the defaults above) and "qwen3-30b-a3b" (Qwen3-30B-A3B: 48 layers, 2048
+// wide, 32/4 heads of 128, 128 experts of width 768, 8 used, 151936 tokens). Throws for others.
+Qwen3MoeSpec preset(const std::string& name);
+
+// general.file_type llama.cpp would record for this weight type and mix (e.g. 15 = Q4_K_M).
+uint32_t file_type_of(GgmlType wtype, Qwen3MoeSpec::Mix mix);
+
+// The type a matrix gets under the spec's mix. `layer` is -1 for token_embd and output.
+GgmlType tensor_type_for(const Qwen3MoeSpec& spec, const std::string& name, int layer, int64_t ne0);
 
 // Writes the model (temp file + rename); returns the number of tensors. Throws moe::Error.
 size_t write_qwen3moe(const std::string& path, const Qwen3MoeSpec& spec);

@@ -1,6 +1,6 @@
-// moe-synth: writes a random-weight qwen3moe GGUF with a byte-level vocabulary, for tests,
-// benchmarks and the out-of-the-box demo. Shapes come from a preset (overridable); weights are
-// Gaussian with std 1/sqrt(fan_in), norms near 1 (common/synth/qwen3moe_synth.h).
+// moe-synth: writes a random-weight qwen3moe GGUF, for tests, benchmarks and the out-of-the-box
+// demo. Shapes come from a preset (overridable); weights are near-Gaussian with std
+// 1/sqrt(fan_in), norms near 1; types follow --quant (common/synth/qwen3moe_synth.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -10,17 +10,30 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Write a random-weight qwen3moe GGUF"};
-  std::string preset = "tiny", quant = "f16", out;
-  moe::synth::Qwen3MoeSpec spec;  // the tiny preset is the spec's defaults
+  std::string preset = "tiny", quant, out;
   int layers = 0, n_vocab_min = 0;
+  uint64_t seed = 1234;
+  float skew = 0.0f;
+  std::string vocab_from;
+  bool tied = false;
   // Shape overrides (0 = the preset's value), so tests can build models of many shapes.
   int n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_expert = 0, n_expert_used = 0;
   int n_ff = 0, n_ctx = 0;
-  app.add_option("--preset", preset, "model shapes")->check(CLI::IsMember({"tiny"}));
-  app.add_option("--quant", quant, "weight type of the matrices")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+  app.add_option("--preset", preset, "model shapes")
+      ->check(CLI::IsMember({"tiny", "qwen3-30b-a3b"}));
+  app.add_option("--quant", quant,
+                 "weights: q4_k_m (llama-quantize's Q4_K_M mix), q4_k, q5_k, q6_k, q5_0, q8_0, "
+                 "f16, bf16, f32 (default: f16 for tiny, q4_k_m for qwen3-30b-a3b)")
+      ->check(CLI::IsMember(
+          {"q4_k_m", "q5_k_m", "q4_k", "q5_k", "q6_k", "q5_0", "q8_0", "f16", "bf16", "f32"}));
   app.add_option("--layers", layers, "override the layer count")->check(CLI::Range(1, 1024));
-  app.add_option("--seed", spec.seed, "random seed");
+  app.add_option("--seed", seed, "random seed");
+  app.add_option("--skew", skew,
+                 "expert popularity skew: the router logit of popularity rank r drops by X*ln(1+r)")
+      ->check(CLI::Range(0.0f, 16.0f));
+  app.add_option("--vocab-from", vocab_from,
+                 "copy the tokenizer (and chat template) of this GGUF instead of a byte vocabulary")
+      ->check(CLI::ExistingFile);
   app.add_option("--n-embd", n_embd, "embedding width")->check(CLI::Range(1, 1 << 16));
   app.add_option("--n-head", n_head, "query heads")->check(CLI::Range(1, 1024));
   app.add_option("--n-head-kv", n_head_kv, "KV heads")->check(CLI::Range(1, 1024));
@@ -31,11 +44,17 @@ int main(int argc, char** argv) {
   app.add_option("--n-ctx", n_ctx, "training context length")->check(CLI::Range(1, 1 << 24));
   app.add_option("--n-vocab", n_vocab_min, "pad the vocabulary with [PAD] tokens up to N")
       ->check(CLI::Range(0, 1 << 20));
-  app.add_flag("--tied", spec.tied, "no output.weight (head tied to token_embd)");
+  app.add_flag("--tied", tied, "no output.weight (head tied to token_embd)");
   app.add_option("-o,--output", out, "output file")->required();
   CLI11_PARSE(app, argc, argv);
 
   try {
+    moe::synth::Qwen3MoeSpec spec = moe::synth::preset(preset);
+    spec.seed = seed;
+    spec.skew = skew;
+    spec.vocab_from = vocab_from;
+    spec.tied = tied;
+    if (quant.empty()) quant = preset == "tiny" ? "f16" : "q4_k_m";
     for (auto [dst, src] : {std::pair{&spec.n_layer, layers},
                             {&spec.n_embd, n_embd},
                             {&spec.n_head, n_head},
@@ -53,15 +72,24 @@ int main(int argc, char** argv) {
     if (spec.n_expert_used > spec.n_expert) {
       throw moe::Error("--n-expert-used exceeds --n-expert");
     }
-    spec.n_vocab = n_vocab_min;
-    spec.wtype = quant == "f32"    ? moe::GgmlType::F32
-                 : quant == "bf16" ? moe::GgmlType::BF16
-                 : quant == "q8_0" ? moe::GgmlType::Q8_0
-                                   : moe::GgmlType::F16;
+    if (n_vocab_min > 0) spec.n_vocab = n_vocab_min;
+    using moe::GgmlType;
+    const std::pair<const char*, GgmlType> types[] = {
+        {"q4_k", GgmlType::Q4_K}, {"q5_k", GgmlType::Q5_K}, {"q6_k", GgmlType::Q6_K},
+        {"q5_0", GgmlType::Q5_0}, {"q8_0", GgmlType::Q8_0}, {"f16", GgmlType::F16},
+        {"bf16", GgmlType::BF16}, {"f32", GgmlType::F32}};
+    const bool k_mix = quant.ends_with("_m");
+    const std::string base = k_mix ? quant.substr(0, quant.size() - 2) : quant;
+    for (const auto& [label, type] : types) {
+      if (base == label) spec.wtype = type;
+    }
+    spec.mix =
+        k_mix ? moe::synth::Qwen3MoeSpec::Mix::KQuantM : moe::synth::Qwen3MoeSpec::Mix::Uniform;
     spec.name = "moe-synth " + preset;
     const size_t n_tensors = moe::synth::write_qwen3moe(out, spec);
-    std::printf("moe-synth: wrote %s (%zu tensors, preset %s, %s, %d layers)\n", out.c_str(),
-                n_tensors, preset.c_str(), quant.c_str(), spec.n_layer);
+    std::printf("moe-synth: wrote %s (%zu tensors, preset %s, %s, %d layers, skew %g)\n",
+                out.c_str(), n_tensors, preset.c_str(), quant.c_str(), spec.n_layer,
+                static_cast<double>(spec.skew));
     return 0;
   } catch (const moe::Error& e) {
     std::fprintf(stderr, "moe-synth: error: %s\n", e.what());

@@ -91,6 +91,14 @@ std::vector<Case> cases() {
     out.push_back({std::string("mha_allexp_l4_") + tn[i],
                    shape(4, 64, 2, 2, 64, 4, 4, 32, 64, false, t), tol_max(t), tol_rms(t), th});
   }
+  // K-quant weights (Q4_K_M rules: Q4_K, Q6_K on the last layer's attn_v/ffn_down and the
+  // output) take Q8_K activations; and a skewed router with its large embedding dimension.
+  moe::test::SynthSpec k = shape(2, 256, 4, 2, 64, 6, 2, 256, 96, false, GgmlType::Q4_K);
+  k.mix = moe::synth::Qwen3MoeSpec::Mix::KQuantM;
+  out.push_back({"q4_k_m_256", k, tol_max(GgmlType::Q4_K), tol_rms(GgmlType::Q4_K), 2});
+  moe::test::SynthSpec sk = shape(2, 64, 4, 2, 32, 8, 2, 64, 96, false, GgmlType::F16);
+  sk.skew = 1.0f;
+  out.push_back({"skew_f16", sk, tol_max(GgmlType::F16), tol_rms(GgmlType::F16), 1});
   return out;
 }
 
