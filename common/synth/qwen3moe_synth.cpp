@@ -48,7 +48,8 @@ std::vector<std::string> byte_tokens() {
 // Byte tokens, three ChatML specials, [PAD] up to a multiple of 64 and at least n_min.
 int64_t write_tokenizer(gguf::GgufWriter& w, int64_t n_min) {
   auto tokens = byte_tokens();
-  std::vector<int32_t> types(tokens.size(), 6);  // BYTE
+  // NORMAL, as in real byte-level BPE vocabularies (llama.cpp reads BYTE as SentencePiece <0xXX>).
+  std::vector<int32_t> types(tokens.size(), 1);
   for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
     tokens.emplace_back(special);
     types.push_back(3);  // CONTROL
