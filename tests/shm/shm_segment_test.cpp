@@ -119,7 +119,9 @@ TEST(ShmSegment, RemoveStaleSegmentsOfDeadProcesses) {
   const std::string stale = "/moe-" + std::to_string(child) + "-seg-stale";
   ASSERT_TRUE(exists_in_dev_shm(stale));
 
-  EXPECT_GE(moe::shm::remove_stale_segments(), 1u);  // other dead runs' leftovers count too
+  // Other test processes clean up at start too and may have removed it first, so the count is
+  // not asserted; what matters is that it is gone and the live one is not.
+  moe::shm::remove_stale_segments();
   EXPECT_FALSE(exists_in_dev_shm(stale));
   EXPECT_TRUE(exists_in_dev_shm(live));  // our pid is alive
 }
