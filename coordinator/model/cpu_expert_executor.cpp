@@ -18,6 +18,16 @@ void grow(std::vector<T>& v, size_t n) {
 
 }  // namespace
 
+ExpertLayerTensors require_expert_tensors(const gguf::GgufFile& f, int64_t layer, int64_t n_embd,
+                                          int64_t n_ff, int64_t n_expert) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  ExpertLayerTensors et;
+  et.gate = &require_tensor(f, p + "ffn_gate_exps.weight", {n_embd, n_ff, n_expert});
+  et.up = &require_tensor(f, p + "ffn_up_exps.weight", {n_embd, n_ff, n_expert});
+  et.down = &require_tensor(f, p + "ffn_down_exps.weight", {n_ff, n_embd, n_expert});
+  return et;
+}
+
 CpuExpertExecutor::CpuExpertExecutor(std::vector<ExpertLayerTensors> layers, int64_t n_embd,
                                      int64_t n_ff, int64_t n_expert, cpu::ThreadPool& pool,
                                      cpu::Isa isa)

@@ -21,6 +21,12 @@ struct ExpertLayerTensors {
   const gguf::TensorInfo* down = nullptr;
 };
 
+// Layer `layer`'s blk.L.ffn_{gate,up,down}_exps.weight, each checked for presence, exact shape and
+// a computable type (moe::Error naming the tensor otherwise). Shared by the model, which checks
+// them while loading, and the CPU worker process, which computes with them.
+ExpertLayerTensors require_expert_tensors(const gguf::GgufFile& f, int64_t layer, int64_t n_embd,
+                                          int64_t n_ff, int64_t n_expert);
+
 class CpuExpertExecutor final : public ExpertExecutor {
  public:
   CpuExpertExecutor(std::vector<ExpertLayerTensors> layers, int64_t n_embd, int64_t n_ff,

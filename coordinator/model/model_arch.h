@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/gguf.h"
+#include "coordinator/model/expert_executor.h"
 #include "coordinator/model/kv_cache.h"
 #include "coordinator/model/model_config.h"
 #include "kernels/cpu/thread_pool.h"
@@ -62,7 +63,10 @@ class ModelArch {
 };
 
 // The implementation for the file's general.architecture; throws moe::Error for unknown
-// architectures or bad tensors. `file` and `pool` must outlive the result.
-std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::ThreadPool& pool);
+// architectures or bad tensors. `file` and `pool` must outlive the result. `experts` replaces the
+// in-process CPU expert executor (e.g. a RemoteExpertExecutor created before anything heavy); it
+// must compute the experts of this same file. Null: the in-process default.
+std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::ThreadPool& pool,
+                                             std::unique_ptr<ExpertExecutor> experts = nullptr);
 
 }  // namespace moe::model

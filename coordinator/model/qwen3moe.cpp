@@ -26,7 +26,8 @@ void add_rows(float* x, const float* y, int64_t n) {
 
 }  // namespace
 
-Qwen3Moe::Qwen3Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool)
+Qwen3Moe::Qwen3Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
+                   std::unique_ptr<ExpertExecutor> experts)
     : cfg_(ModelConfig::from_gguf(f)), pool_(pool), isa_(cpu::best_isa()) {
   const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t X = cfg_.n_expert, F = cfg_.n_ff_exp;
@@ -57,14 +58,13 @@ Qwen3Moe::Qwen3Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool)
     L.wv = weight_matrix(require_tensor(f, p + "attn_v.weight", {E, L.n_head_kv * hv}));
     L.wo = weight_matrix(require_tensor(f, p + "attn_output.weight", {L.n_head * hv, E}));
     L.router = weight_matrix(require_tensor(f, p + "ffn_gate_inp.weight", {E, X}));
-    ExpertLayerTensors et;
-    et.gate = &require_tensor(f, p + "ffn_gate_exps.weight", {E, F, X});
-    et.up = &require_tensor(f, p + "ffn_up_exps.weight", {E, F, X});
-    et.down = &require_tensor(f, p + "ffn_down_exps.weight", {F, E, X});
-    expert_tensors.push_back(et);
+    // Checked here even when another executor computes them: a broken file fails at load.
+    expert_tensors.push_back(require_expert_tensors(f, l, E, F, X));
     layers_.push_back(std::move(L));
   }
-  experts_ = std::make_unique<CpuExpertExecutor>(std::move(expert_tensors), E, F, X, pool_, isa_);
+  experts_ = experts ? std::move(experts)
+                     : std::make_unique<CpuExpertExecutor>(std::move(expert_tensors), E, F, X,
+                                                           pool_, isa_);
 }
 
 void Qwen3Moe::ensure_scratch(int64_t n, int64_t /*n_kv*/) {

@@ -14,7 +14,9 @@ namespace moe::model {
 
 class Qwen3Moe final : public ModelArch {
  public:
-  Qwen3Moe(const gguf::GgufFile& file, cpu::ThreadPool& pool);
+  // `experts`: who computes the routed experts; null = a CpuExpertExecutor on `pool`.
+  Qwen3Moe(const gguf::GgufFile& file, cpu::ThreadPool& pool,
+           std::unique_ptr<ExpertExecutor> experts = nullptr);
 
   std::string_view name() const override { return "qwen3moe"; }
   const ModelConfig& config() const override { return cfg_; }
