@@ -32,6 +32,7 @@ struct Args {
   int threads = 0;          // 0: one per --cpus entry, else every hardware thread
   std::vector<int> cpus;
   uint32_t spin = shm::kDefaultSpin;
+  int pool_spin = cpu::ThreadPool::kDefaultSpin;
 };
 
 int run(const Args& a) {
@@ -47,7 +48,7 @@ int run(const Args& a) {
                       : !a.cpus.empty()
                           ? static_cast<int>(a.cpus.size())
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cpu::ThreadPool pool(threads, a.cpus);
+  cpu::ThreadPool pool(threads, a.cpus, a.pool_spin);
   // The same kernels as the in-process executor, so results are bitwise equal.
   model::CpuExpertExecutor experts(std::move(layers), cfg.n_embd, cfg.n_ff_exp, cfg.n_expert, pool,
                                    cpu::best_isa());
@@ -82,6 +83,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(0, 65535));
   app.add_option("--spin", a.spin, "pause iterations before sleeping while waiting for work");
+  app.add_option("--pool-spin", a.pool_spin, "pause iterations an idle pool thread spins")
+      ->check(CLI::Range(0, 1 << 30));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

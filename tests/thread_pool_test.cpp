@@ -14,7 +14,9 @@ namespace {
 
 TEST(ThreadPool, RunsEveryTaskExactlyOnce) {
   for (int threads : {1, 2, 3, 5}) {
-    ThreadPool pool(threads);
+    // Spin 0 (sleep at once) and a long spin exercise both wake-up paths.
+    const int spin = threads == 3 ? 0 : threads == 2 ? 100000 : ThreadPool::kDefaultSpin;
+    ThreadPool pool(threads, {}, spin);
     for (int rep = 0; rep < 300; ++rep) {
       const int64_t n = 1 + rep % 97;
       std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
@@ -65,6 +67,7 @@ TEST(ThreadPool, RejectsBadArguments) {
   EXPECT_THROW(ThreadPool(0), Error);
   EXPECT_THROW(ThreadPool(2, {-1}), Error);
   EXPECT_THROW(ThreadPool(2, {1 << 20}), Error);
+  EXPECT_THROW(ThreadPool(2, {}, -1), Error);
 }
 
 TEST(ThreadPool, PinsEveryThreadToTheGivenCores) {

@@ -47,7 +47,9 @@ ChildProcess spawn_worker(const RemoteExpertOptions& opt, const std::string& seg
                                    "--threads",
                                    std::to_string(opt.threads),
                                    "--spin",
-                                   std::to_string(opt.spin)};
+                                   std::to_string(opt.spin),
+                                   "--pool-spin",
+                                   std::to_string(opt.pool_spin)};
   if (!opt.cpus.empty()) {
     std::string list;
     for (int c : opt.cpus) {

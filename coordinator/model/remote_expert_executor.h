@@ -37,6 +37,7 @@ struct RemoteExpertOptions {
   // other. Spinning saves the wake-up (tens of µs) when both sides have cores of their own; when
   // they share cores it steals them from the side that works, so use 0 there.
   uint32_t spin = shm::kDefaultSpin;
+  int pool_spin = 2000;  // the worker's ThreadPool spin (see ThreadPool::kDefaultSpin)
   std::chrono::milliseconds start_timeout{60000};  // worker start until it is ready
   std::string role = "experts-0";                  // segment name: run_segment_name(role)
 };

@@ -40,6 +40,7 @@ struct Args {
   std::string experts = "inproc";  // inproc | process
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
+  int pool_spin = moe::cpu::ThreadPool::kDefaultSpin;  // both processes' pools
 };
 
 struct Result {
@@ -92,7 +93,10 @@ std::unique_ptr<ExpertExecutor> start_worker(const Args& a, const moe::gguf::Ggu
   o.threads = worker_threads(a, threads);
   o.max_tokens = std::clamp<int64_t>(a.n_prompt, 1, 4096);
   o.max_items = o.max_tokens * cfg.n_expert_used;
-  if (share_cores) o.spin = 0;
+  // Both sides idle while the other works; with cores of their own they may spin as long as
+  // the pools do, sharing cores they must sleep at once.
+  o.pool_spin = a.pool_spin;
+  o.spin = share_cores ? 0 : static_cast<uint32_t>(std::max(a.pool_spin, 2000));
   return std::make_unique<RemoteExpertExecutor>(o);
 }
 
@@ -111,7 +115,7 @@ int run(const Args& a) {
       threads + worker_threads(a, threads) > static_cast<int>(std::thread::hardware_concurrency());
   std::unique_ptr<ExpertExecutor> experts;
   if (a.experts == "process") experts = start_worker(a, file, threads, share_cores);
-  moe::cpu::ThreadPool pool(threads);
+  moe::cpu::ThreadPool pool(threads, {}, a.pool_spin);
   auto model = create_model_arch(file, pool, std::move(experts));
   const ModelConfig& cfg = model->config();
   uint64_t bytes = 0, params = 0;
@@ -216,6 +220,10 @@ int main(int argc, char** argv) {
   app.add_option("--cache-type-v", a.ctv, "V cache type (-ctv)")->check(CLI::IsMember(kv_types));
   app.add_option("--experts", a.experts, "where routed experts run: inproc|process")
       ->check(CLI::IsMember({"inproc", "process"}));
+  app.add_option("--pool-spin", a.pool_spin,
+                 "pause iterations an idle thread-pool thread spins before sleeping (both "
+                 "processes with --experts process)")
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("--worker-threads", a.worker_threads,
                  "expert worker threads with --experts process (default: --threads)")
       ->check(CLI::Range(1, 1024));

@@ -11,11 +11,6 @@
 namespace moe::cpu {
 namespace {
 
-// Spinning briefly (tens of microseconds) before sleeping keeps the per-layer dispatch cost low
-// while idle pools sleep in the kernel (futex via std::atomic::wait). Longer spins hurt badly when
-// the machine is oversubscribed: the spinner holds the core the awaited thread needs.
-constexpr int kSpinIterations = 2000;
-
 void pin_current_thread(int core) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -28,9 +23,11 @@ void pin_current_thread(int core) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads, const std::vector<int>& cores) : n_threads_(n_threads) {
+ThreadPool::ThreadPool(int n_threads, const std::vector<int>& cores, int spin)
+    : n_threads_(n_threads), spin_(spin) {
   if (n_threads < 1)
     throw Error("thread count must be at least 1, got " + std::to_string(n_threads));
+  if (spin < 0) throw Error("spin count must be >= 0, got " + std::to_string(spin));
   for (int core : cores) {
     if (core < 0 || core >= CPU_SETSIZE) throw Error("invalid core id " + std::to_string(core));
   }
@@ -78,7 +75,7 @@ void ThreadPool::worker_main(int index) {
   uint32_t seen = 0;
   for (;;) {
     uint32_t now = seen;
-    for (int spin = 0; spin < kSpinIterations; ++spin) {
+    for (int spin = 0; spin < spin_; ++spin) {
       now = generation_.load(std::memory_order_acquire);
       if (now != seen) break;
       __builtin_ia32_pause();
@@ -111,7 +108,7 @@ void ThreadPool::run(int64_t n_tasks, Trampoline tramp, void* ctx) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   work(0);
-  for (int spin = 0; spin < kSpinIterations; ++spin) {
+  for (int spin = 0; spin < spin_; ++spin) {
     if (active_.load(std::memory_order_acquire) == 0) break;
     __builtin_ia32_pause();
   }

@@ -13,9 +13,16 @@ namespace moe::cpu {
 
 class ThreadPool {
  public:
+  // Spinning briefly (tens of microseconds) before sleeping keeps the per-layer dispatch cost low
+  // while idle pools sleep in the kernel (futex via std::atomic::wait). Longer spins hurt badly
+  // when the machine is oversubscribed (the spinner holds the core the awaited thread needs) and
+  // help when a pool owns its cores but idles while another process works (expert workers).
+  static constexpr int kDefaultSpin = 2000;
+
   // n_threads >= 1 (the calling thread counts as thread 0). When `cores` is non-empty, thread i
-  // is pinned to cores[i % cores.size()] (the caller's thread too). Throws moe::Error on bad args.
-  explicit ThreadPool(int n_threads, const std::vector<int>& cores = {});
+  // is pinned to cores[i % cores.size()] (the caller's thread too). `spin`: pause iterations a
+  // waiting thread spends before it sleeps. Throws moe::Error on bad args.
+  explicit ThreadPool(int n_threads, const std::vector<int>& cores = {}, int spin = kDefaultSpin);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -41,6 +48,7 @@ class ThreadPool {
   void work(int thread);
 
   int n_threads_;
+  int spin_;
   std::vector<std::thread> threads_;
   // Published per job; workers read them after observing a new generation.
   Trampoline tramp_ = nullptr;
