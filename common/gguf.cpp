@@ -31,8 +31,9 @@ constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;  // key len, 1-byte key, type, u
 constexpr uint64_t kMinTensorInfoBytes =
     8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims, ne[0], type, offset
 
-// Fixed element size of a numeric type; 0 for STRING and ARRAY.
-size_t fixed_size(ValueType t) {
+}  // namespace
+
+size_t value_type_size(ValueType t) {
   switch (t) {
     case ValueType::U8:
     case ValueType::I8:
@@ -55,6 +56,8 @@ size_t fixed_size(ValueType t) {
   }
   return 0;
 }
+
+namespace {
 
 bool is_unsigned(ValueType t) {
   return t == ValueType::U8 || t == ValueType::U16 || t == ValueType::U32 || t == ValueType::U64;
@@ -190,7 +193,7 @@ void check_index(const ArrayValue& a, uint64_t i) {
 
 int64_t ArrayValue::int_at(uint64_t i) const {
   check_index(*this, i);
-  const size_t size = fixed_size(elem_type);
+  const size_t size = value_type_size(elem_type);
   const uint8_t* p = data + i * size;
   switch (elem_type) {
     case ValueType::U8:
@@ -513,7 +516,7 @@ class GgufParser {
       }
       elem_ = kNoElem;
     } else {
-      const size_t size = fixed_size(a.elem_type);
+      const size_t size = value_type_size(a.elem_type);
       if (a.count > remaining() / size) {
         fail("truncated: " + where("value") + " declares " + std::to_string(a.count) + " " +
              std::string(value_type_name(a.elem_type)) + " elements (" +

@@ -32,6 +32,8 @@ enum class ValueType : uint32_t {
 };
 
 std::string_view value_type_name(ValueType t);
+// Bytes of one value of a numeric type (BOOL: 1); 0 for STRING and ARRAY.
+size_t value_type_size(ValueType t);
 
 // An array value. Numeric elements stay in the file (little-endian, unaligned): read them with
 // the typed accessors. String elements are indexed once at parse time.
@@ -42,7 +44,7 @@ struct ArrayValue {
   std::vector<std::string_view> strings;  // elem_type == STRING
 
   // Element i converted; throws moe::Error if the element type does not convert or i >= count.
-  int64_t int_at(uint64_t i) const;  // any integer type (and BOOL)
+  int64_t int_at(uint64_t i) const;   // any integer type (and BOOL)
   double float_at(uint64_t i) const;  // F32/F64 and any integer type
   std::string_view string_at(uint64_t i) const;
 };
@@ -60,13 +62,13 @@ struct KeyValue {
 
 struct TensorInfo {
   std::string_view name;
-  uint32_t type_id = 0;   // raw ggml type id (may be one we cannot compute with)
-  uint32_t n_dims = 0;    // 1..4
-  int64_t ne[4] = {1, 1, 1, 1};  // ne[0] fastest
-  uint64_t offset = 0;    // relative to its file's data section
-  uint64_t n_bytes = 0;   // exact size from type and shape
+  uint32_t type_id = 0;           // raw ggml type id (may be one we cannot compute with)
+  uint32_t n_dims = 0;            // 1..4
+  int64_t ne[4] = {1, 1, 1, 1};   // ne[0] fastest
+  uint64_t offset = 0;            // relative to its file's data section
+  uint64_t n_bytes = 0;           // exact size from type and shape
   const uint8_t* data = nullptr;  // points into the mapping
-  uint32_t shard = 0;     // which split file holds it
+  uint32_t shard = 0;             // which split file holds it
 
   GgmlType type() const { return static_cast<GgmlType>(type_id); }
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }  // validated not to overflow
@@ -99,11 +101,12 @@ class GgufFile {
   const std::vector<KeyValue>& metadata() const { return kv_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
-  const Value* find(std::string_view key) const;             // nullptr if absent
+  const Value* find(std::string_view key) const;               // nullptr if absent
   const TensorInfo* find_tensor(std::string_view name) const;  // nullptr if absent
 
   // Typed getters. The `require_*` forms throw moe::Error naming the key when it is absent or has
-  // an incompatible type; integer getters accept any integer width (writers differ) and check range.
+  // an incompatible type; integer getters accept any integer width (writers differ) and check
+  // range.
   std::string_view require_string(std::string_view key) const;
   uint64_t require_uint(std::string_view key) const;
   double require_float(std::string_view key) const;  // float or integer

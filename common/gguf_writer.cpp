@@ -134,30 +134,10 @@ void GgufWriter::copy_value(const std::string& k, const Value& v) {
   if (a.elem_type == ValueType::STRING) {
     for (const auto s : a.strings) put_string(b, std::string(s));
   } else {
-    size_t elem = 0;
-    switch (a.elem_type) {
-      case ValueType::U8:
-      case ValueType::I8:
-      case ValueType::BOOL:
-        elem = 1;
-        break;
-      case ValueType::U16:
-      case ValueType::I16:
-        elem = 2;
-        break;
-      case ValueType::U32:
-      case ValueType::I32:
-      case ValueType::F32:
-        elem = 4;
-        break;
-      case ValueType::U64:
-      case ValueType::I64:
-      case ValueType::F64:
-        elem = 8;
-        break;
-      default:
-        throw Error("GGUF writer: cannot copy array key '" + k + "' of element type " +
-                    std::string(value_type_name(a.elem_type)));
+    const size_t elem = value_type_size(a.elem_type);
+    if (elem == 0) {
+      throw Error("GGUF writer: cannot copy array key '" + k + "' of element type " +
+                  std::string(value_type_name(a.elem_type)));
     }
     // The parser validated count * elem against the file, so the raw bytes are all there.
     b.insert(b.end(), a.data, a.data + a.count * elem);

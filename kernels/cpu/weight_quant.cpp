@@ -202,18 +202,11 @@ void quantize_weight_row(GgmlType type, const float* x, void* dst, int64_t n) {
   auto* out = static_cast<uint8_t*>(dst);
   switch (type) {
     case GgmlType::F32:
-      std::memcpy(out, x, static_cast<size_t>(n) * 4);
-      return;
     case GgmlType::F16:
     case GgmlType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = type == GgmlType::F16 ? fp32_to_fp16(x[i]) : fp32_to_bf16(x[i]);
-        std::memcpy(out + 2 * i, &h, 2);
-      }
-      return;
     case GgmlType::Q8_0:
-      // Weight and activation Q8_0 blocks share one layout.
-      return quantize_act_row_ref(ActFormat::Q8_0, x, out, n);
+      // These weight layouts are the activation formats' (act_quant.h), same rounding.
+      return quantize_act_row_ref(act_format_for(type), x, out, n);
     case GgmlType::Q5_0:
       return run_blocks<block_q5_0>(x, out, n, qk, bytes);
     case GgmlType::Q4_K:
