@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -87,11 +88,17 @@ std::string ExpertServer::validate(const shm::ExpertRequest& req) {
 shm::ExpertResponse ExpertServer::handle(const shm::ExpertRequest& req) {
   const std::string bad = validate(req);
   if (!bad.empty()) return answer(req.seq, shm::ExpertStatus::BadRequest, "bad request: " + bad);
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     experts_.run(req.layer, seg_.x, req.n_tokens, items_, seg_.out);
   } catch (const std::exception& e) {
     return answer(req.seq, shm::ExpertStatus::Failed, e.what());
   }
+  busy_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::steady_clock::now() - t0)
+                                               .count()),
+                     std::memory_order_relaxed);
+  served_.fetch_add(1, std::memory_order_relaxed);
   return answer(req.seq, shm::ExpertStatus::Ok, "");
 }
 

@@ -3,6 +3,7 @@
 // field comes from another process and is checked; a bad one gets an error answer, never a crash.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -35,6 +36,12 @@ class ExpertServer {
   // gone (noticed within one poll slice, ~10 ms, while idle).
   ServeEnd serve();
 
+  // Work done so far, for heartbeats (read from another thread).
+  uint64_t requests_served() const { return served_.load(std::memory_order_relaxed); }
+  double busy_ms() const {
+    return 1e-6 * static_cast<double>(busy_ns_.load(std::memory_order_relaxed));
+  }
+
  private:
   shm::ExpertResponse handle(const shm::ExpertRequest& req);
   // "" when the request is valid; then items_ holds a private copy of its items.
@@ -47,6 +54,7 @@ class ExpertServer {
   shm::RingProducer responses_;
   shm::WaitOptions wait_;
   std::vector<model::ExpertItem> items_;
+  std::atomic<uint64_t> served_{0}, busy_ns_{0};
 };
 
 }  // namespace moe::worker

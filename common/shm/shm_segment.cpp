@@ -130,6 +130,10 @@ std::string run_segment_name(std::string_view role) {
   return "/moe-" + std::to_string(::getpid()) + "-" + std::string(role);
 }
 
+bool remove_segment(std::string_view name) {
+  return bip::shared_memory_object::remove(std::string(name).c_str());
+}
+
 size_t remove_stale_segments(std::string_view prefix) {
   DIR* dir = ::opendir("/dev/shm");
   if (!dir) throw Error("cannot list /dev/shm: " + errno_text(errno));

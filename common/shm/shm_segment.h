@@ -40,6 +40,10 @@ class ShmSegment {
 // crashed run's leftovers from a live run's segments. `role` is [A-Za-z0-9_.-]+, at most 200 chars.
 std::string run_segment_name(std::string_view role);
 
+// Unlinks `name` (mappings stay valid); false when it did not exist. For a worker whose creator
+// died without removing it.
+bool remove_segment(std::string_view name);
+
 // Unlinks every /dev/shm entry named "<prefix><pid>-..." whose pid no longer exists
 // (kill(pid, 0) fails with ESRCH) and returns how many were removed. Throws moe::Error when
 // /dev/shm cannot be read or a stale entry cannot be unlinked (other than a racing remover).

@@ -50,6 +50,7 @@ ChildProcess spawn_worker(const RemoteExpertOptions& opt, const std::string& seg
                                    std::to_string(opt.spin),
                                    "--pool-spin",
                                    std::to_string(opt.pool_spin)};
+  argv.insert(argv.end(), opt.extra_args.begin(), opt.extra_args.end());
   if (!opt.cpus.empty()) {
     std::string list;
     for (int c : opt.cpus) {
@@ -127,7 +128,7 @@ void RemoteExpertExecutor::throw_dead() {
               ")");
 }
 
-void RemoteExpertExecutor::send(int64_t layer, int64_t n_tokens, int64_t n_items) {
+void RemoteExpertExecutor::push_request(int64_t layer, int64_t n_tokens, int64_t n_items) {
   const shm::ExpertRequest req{++seq_, static_cast<int32_t>(layer), static_cast<int32_t>(n_tokens),
                                static_cast<int32_t>(n_items),
                                static_cast<uint32_t>(shm::ExpertRequestKind::Run)};
@@ -135,28 +136,62 @@ void RemoteExpertExecutor::send(int64_t layer, int64_t n_tokens, int64_t n_items
   while ((st = requests_.push(&req, sizeof req, wait_)) == shm::WaitStatus::Timeout) {
   }
   if (st != shm::WaitStatus::Ok) throw_dead();
+}
+
+void RemoteExpertExecutor::await_response() {
   // No overall deadline: a large prefill request may take long; liveness is what we check.
+  shm::WaitStatus st;
   shm::ExpertResponse resp;
   while ((st = responses_.pop(&resp, sizeof resp, wait_)) == shm::WaitStatus::Timeout) {
   }
   if (st != shm::WaitStatus::Ok) throw_dead();
   const std::string who = "CPU worker (pid " + std::to_string(worker_.pid()) + ")";
-  if (resp.seq != req.seq) {
+  if (resp.seq != seq_) {
     throw Error(who + ": protocol error: answer " + std::to_string(resp.seq) + " to request " +
-                std::to_string(req.seq));
+                std::to_string(seq_));
   }
   if (resp.status != static_cast<int32_t>(shm::ExpertStatus::Ok)) {
     throw Error(who + ": " + std::string(resp.message, strnlen(resp.message, sizeof resp.message)));
   }
 }
 
+void RemoteExpertExecutor::check_layer(int64_t layer) const {
+  if (layer < 0 || layer > INT32_MAX) {
+    throw Error("expert executor: layer " + std::to_string(layer) + " out of range");
+  }
+}
+
+void RemoteExpertExecutor::submit(int64_t layer, const float* x, int64_t n_tokens,
+                                  std::span<const ExpertItem> items) {
+  if (dead_) throw_dead();
+  check_layer(layer);
+  const auto n_items = static_cast<int64_t>(items.size());
+  if (pending_tokens_ >= 0) throw Error("expert executor: submit() before collect()");
+  if (n_tokens < 0 || !fits(n_tokens, n_items)) {
+    throw Error("expert executor: a batch of " + std::to_string(n_tokens) + " tokens and " +
+                std::to_string(n_items) + " items does not fit one request");
+  }
+  const auto row_bytes = static_cast<size_t>(view_.dims.n_embd) * sizeof(float);
+  std::memcpy(view_.x, x, static_cast<size_t>(n_tokens) * row_bytes);
+  if (n_items > 0) std::memcpy(view_.items, items.data(), items.size_bytes());
+  pending_tokens_ = n_tokens;
+  push_request(layer, n_tokens, n_items);
+}
+
+void RemoteExpertExecutor::collect(float* out) {
+  if (pending_tokens_ < 0) throw Error("expert executor: collect() without submit()");
+  const int64_t n_tokens = pending_tokens_;
+  pending_tokens_ = -1;
+  await_response();
+  const auto row_bytes = static_cast<size_t>(view_.dims.n_embd) * sizeof(float);
+  std::memcpy(out, view_.out, static_cast<size_t>(n_tokens) * row_bytes);
+}
+
 void RemoteExpertExecutor::run(int64_t layer, const float* x, int64_t n_tokens,
                                std::span<const ExpertItem> items, float* out) {
   if (dead_) throw_dead();
   if (n_tokens <= 0) return;
-  if (layer < 0 || layer > INT32_MAX) {
-    throw Error("expert executor: layer " + std::to_string(layer) + " out of range");
-  }
+  check_layer(layer);
   const int64_t n_items = static_cast<int64_t>(items.size());
   const auto row_bytes = static_cast<size_t>(view_.dims.n_embd) * sizeof(float);
   if (n_tokens > view_.dims.max_tokens || n_items > view_.dims.max_items) {

@@ -40,6 +40,7 @@ struct RemoteExpertOptions {
   int pool_spin = 2000;  // the worker's ThreadPool spin (see ThreadPool::kDefaultSpin)
   std::chrono::milliseconds start_timeout{60000};  // worker start until it is ready
   std::string role = "experts-0";                  // segment name: run_segment_name(role)
+  std::vector<std::string> extra_args;             // appended to the worker's command line
 };
 
 class RemoteExpertExecutor final : public ExpertExecutor {
@@ -60,6 +61,18 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   void run(int64_t layer, const float* x, int64_t n_tokens, std::span<const ExpertItem> items,
            float* out) override;
 
+  // run() in two halves, so that several workers can compute at once: submit() copies the batch
+  // in and rings the worker, collect() waits for its answer and copies the sums out. Only for a
+  // batch that fits() one request; one submit() at a time, each followed by collect().
+  bool fits(int64_t n_tokens, int64_t n_items) const {
+    return n_tokens <= view_.dims.max_tokens && n_items <= view_.dims.max_items;
+  }
+  void submit(int64_t layer, const float* x, int64_t n_tokens, std::span<const ExpertItem> items);
+  void collect(float* out);
+
+  bool dead() const { return dead_; }
+  // False once the worker has exited, noticed now rather than at the next request.
+  bool alive() { return !dead_ && worker_.running(); }
   pid_t worker_pid() const { return worker_.pid(); }
   const std::string& segment_name() const { return seg_.name(); }
 
@@ -67,7 +80,13 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   void run_chunked(int64_t layer, const float* x, int64_t n_tokens,
                    std::span<const ExpertItem> items, float* out);
   // One request over the rings: n_tokens rows of x and n_items items are already in place.
-  void send(int64_t layer, int64_t n_tokens, int64_t n_items);
+  void send(int64_t layer, int64_t n_tokens, int64_t n_items) {
+    push_request(layer, n_tokens, n_items);
+    await_response();
+  }
+  void push_request(int64_t layer, int64_t n_tokens, int64_t n_items);
+  void await_response();
+  void check_layer(int64_t layer) const;
   [[noreturn]] void throw_dead();
   void wait_ready(const RemoteExpertOptions& opt);
 
@@ -79,6 +98,7 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   shm::WaitOptions wait_;  // liveness = the worker still runs
   uint64_t seq_ = 0;
   bool dead_ = false;
+  int64_t pending_tokens_ = -1;  // submit()ted rows awaiting collect(); -1: none
   // Grow-only buffers of the chunked path.
   std::vector<int32_t> offset_, cursor_, order_;
   std::vector<int64_t> chunk_tokens_;
