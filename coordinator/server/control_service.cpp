@@ -1,0 +1,151 @@
+#include "coordinator/server/control_service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace moe::server {
+
+namespace {
+
+// How long Drain and Shutdown wait without a client deadline.
+constexpr std::chrono::seconds kDefaultDrain{60};
+
+v1::WorkerState to_proto(engine::WorkerState s) {
+  switch (s) {
+    case engine::WorkerState::Starting:
+      return v1::WORKER_STATE_STARTING;
+    case engine::WorkerState::Ready:
+      return v1::WORKER_STATE_READY;
+    case engine::WorkerState::Dead:
+      return v1::WORKER_STATE_DEAD;
+  }
+  return v1::WORKER_STATE_UNSPECIFIED;
+}
+
+engine::Clock::time_point drain_deadline(const grpc::ServerContext* ctx) {
+  using std::chrono::milliseconds;
+  auto left =
+      std::chrono::duration_cast<milliseconds>(ctx->deadline() - std::chrono::system_clock::now());
+  left = std::min<milliseconds>(left, kDefaultDrain);
+  return engine::Clock::now() + left * 9 / 10;  // leave the answer time to arrive
+}
+
+}  // namespace
+
+ControlService::ControlService(ServingState& state, engine::WorkerRegistry& registry,
+                               const placement::Placement& placement,
+                               std::function<void()> request_shutdown)
+    : state_(state),
+      registry_(registry),
+      placement_(placement),
+      request_shutdown_(std::move(request_shutdown)) {}
+
+grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+                                      v1::RegisterResponse* resp) {
+  if (req->kind() != v1::WORKER_KIND_CPU) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "only CPU workers are supported"};
+  }
+  engine::Registration r;
+  r.worker_id = req->worker_id();
+  r.pid = req->pid();
+  r.numa_node = req->numa_node();
+  r.cpus.assign(req->cpus().begin(), req->cpus().end());
+  r.threads = req->threads();
+  r.segment = req->segment();
+  r.isa = req->isa();
+  const std::string refused = registry_.register_worker(r);
+  if (!refused.empty()) return {grpc::StatusCode::FAILED_PRECONDITION, refused};
+  resp->set_heartbeat_interval_ms(kHeartbeatIntervalMs);
+  resp->set_coordinator_pid(static_cast<int32_t>(::getpid()));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                       v1::HeartbeatResponse* resp) {
+  const bool keep =
+      registry_.heartbeat(req->worker_id(), req->pid(), req->requests_served(), req->busy_ms());
+  resp->set_command(keep ? v1::WORKER_COMMAND_CONTINUE : v1::WORKER_COMMAND_EXIT);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::GetStats(grpc::ServerContext*, const v1::GetStatsRequest*,
+                                      v1::GetStatsResponse* resp) {
+  const auto now = std::chrono::steady_clock::now();
+  resp->set_uptime_s(std::chrono::duration<double>(now - started_).count());
+  resp->set_model(state_.model_name);
+  if (engine::Engine* eng = state_.engine.load()) {
+    const engine::EngineStats s = eng->stats();
+    resp->set_requests_accepted(s.accepted);
+    resp->set_requests_completed(s.completed);
+    resp->set_requests_failed(s.failed);
+    resp->set_requests_cancelled(s.cancelled);
+    resp->set_requests_rejected(s.rejected);
+    resp->set_queue_depth(static_cast<uint32_t>(s.queue_depth));
+    resp->set_queue_capacity(static_cast<uint32_t>(s.queue_capacity));
+    resp->set_running(s.running);
+    resp->set_prompt_tokens(s.prompt_tokens);
+    resp->set_generated_tokens(s.generated_tokens);
+    resp->set_prompt_ms(s.prompt_ms);
+    resp->set_generation_ms(s.generation_ms);
+    resp->set_last_tokens_per_second(s.last_tokens_per_second);
+    resp->set_draining(s.draining);
+  }
+  for (const engine::WorkerRecord& w : registry_.snapshot()) {
+    v1::WorkerStats& o = *resp->add_workers();
+    o.set_worker_id(w.id);
+    o.set_kind(v1::WORKER_KIND_CPU);
+    o.set_state(to_proto(w.state));
+    o.set_pid(w.pid);
+    o.set_restarts(w.restarts);
+    o.set_last_heartbeat_age_ms(
+        w.heartbeat_seen ? std::chrono::duration<double, std::milli>(now - w.last_heartbeat).count()
+                         : -1.0);
+    o.set_requests_served(w.requests_served);
+    o.set_busy_ms(w.busy_ms);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::GetPlacement(grpc::ServerContext*, const v1::GetPlacementRequest*,
+                                          v1::GetPlacementResponse* resp) {
+  resp->set_in_process(placement_.in_process);
+  resp->set_coordinator_threads(placement_.coordinator_threads);
+  resp->set_source(placement_.source);
+  resp->set_text(placement_.describe());
+  const std::vector<engine::WorkerRecord> live = registry_.snapshot();
+  for (const placement::CpuWorkerSpec& spec : placement_.cpu_workers) {
+    v1::WorkerPlacement& o = *resp->add_workers();
+    o.set_worker_id(spec.id);
+    o.set_kind(v1::WORKER_KIND_CPU);
+    o.set_numa_node(spec.numa_node);
+    for (int c : spec.cpus) o.add_cpus(c);
+    o.set_threads(spec.threads);
+    for (const engine::WorkerRecord& w : live) {
+      if (w.id == spec.id) {
+        o.set_pid(w.pid);
+        o.set_segment(w.segment);
+      }
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
+                                   v1::DrainResponse* resp) {
+  engine::Engine* eng = state_.engine.load();
+  if (eng == nullptr) return {grpc::StatusCode::UNAVAILABLE, "the coordinator is not serving"};
+  resp->set_drained(eng->drain(drain_deadline(ctx)));
+  const engine::EngineStats s = eng->stats();
+  resp->set_still_running(static_cast<uint32_t>(s.running + s.queue_depth));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Shutdown(grpc::ServerContext* ctx, const v1::ShutdownRequest*,
+                                      v1::ShutdownResponse*) {
+  if (engine::Engine* eng = state_.engine.load()) eng->drain(drain_deadline(ctx));
+  request_shutdown_();
+  return grpc::Status::OK;
+}
+
+}  // namespace moe::server

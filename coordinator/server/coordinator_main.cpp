@@ -1,0 +1,268 @@
+// moe-coordinator: loads the model, starts the CPU workers of the placement, and serves the gRPC
+// Generation, Control, health and reflection services until SIGINT/SIGTERM or a Shutdown call.
+//
+// Order matters (DESIGN.md §2): the worker processes are spawned before anything heavy happens in
+// this process (and, once there is a GPU path, before CUDA is initialised). The gRPC server starts
+// first only because the workers register with it; it answers UNAVAILABLE until the engine runs.
+// Every exit path stops the workers and removes their segments (RAII), so nothing is orphaned.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/error.h"
+#include "common/gguf.h"
+#include "common/placement/placement.h"
+#include "coordinator/chat_template/chat_template.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/worker_pool_experts.h"
+#include "coordinator/engine/worker_registry.h"
+#include "coordinator/model/model_arch.h"
+#include "coordinator/server/control_service.h"
+#include "coordinator/server/generation_service.h"
+#include "coordinator/server/health_service.h"
+#include "coordinator/server/serving_state.h"
+#include "coordinator/tokenizer/tokenizer.h"
+#include "coordinator/tools/llama_cli_args.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace {
+
+using namespace moe;
+
+struct Args {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 50051;
+  std::string placement = "auto";
+  int threads = 0;  // coordinator threads; 0: the placement's
+  int64_t n_ctx = 0;
+  std::string ctk = "f16", ctv = "f16";
+  int64_t n_batch = 512;
+  size_t queue_size = 16;
+  std::string worker_bin;
+  int worker_timeout_s = 120;
+  std::string ready_file;
+  int max_rpc_threads = 64;
+  int pool_spin = cpu::ThreadPool::kDefaultSpin;
+};
+
+std::atomic<bool> g_shutdown{false};
+
+void log(const std::string& s) {
+  std::fprintf(stderr, "moe-coordinator: %s\n", s.c_str());
+  std::fflush(stderr);
+}
+
+// Written once the server answers, renamed into place so a watcher never reads half a file.
+void write_ready_file(const std::string& path, const std::string& host, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << host << ":" << port << "\n";
+    if (!f) throw Error("cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+// Whether the coordinator's threads may run on a worker's cores (unpinned counts as shared).
+bool shares_cores(const placement::Placement& p) {
+  for (const placement::CpuWorkerSpec& w : p.cpu_workers) {
+    if (p.coordinator_cpus.empty() || w.cpus.empty()) return true;
+    for (int c : w.cpus) {
+      if (std::find(p.coordinator_cpus.begin(), p.coordinator_cpus.end(), c) !=
+          p.coordinator_cpus.end()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Blocks until SIGINT/SIGTERM (blocked in every thread, see main) or a Shutdown call.
+void wait_for_shutdown() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  const timespec slice{0, 100 * 1000 * 1000};
+  while (!g_shutdown.load()) {
+    const int sig = sigtimedwait(&set, nullptr, &slice);
+    if (sig > 0) {
+      log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "; stopping");
+      return;
+    }
+  }
+  log("shutdown requested over gRPC; stopping");
+}
+
+int run(const Args& a) {
+  const auto file = gguf::GgufFile::open(a.model);
+  const placement::Topology topo = placement::detect_topology();
+  placement::Placement place = placement::resolve_placement(a.placement, topo, a.threads);
+  if (a.threads > 0) place.coordinator_threads = a.threads;
+  std::fprintf(stderr, "%s", place.describe().c_str());
+
+  // Control first: the workers register with it while they start.
+  server::ServingState state;
+  engine::WorkerRegistry registry;
+  server::GenerationService generation(state);
+  server::HealthService health(state);
+  server::ControlService control(state, registry, place, [] { g_shutdown.store(true); });
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  const std::string addr = a.host + ":" + std::to_string(a.port);
+  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&generation);
+  builder.RegisterService(&health);
+  builder.RegisterService(&control);
+  // Each streaming call holds a thread; beyond this the server answers RESOURCE_EXHAUSTED.
+  grpc::ResourceQuota quota("moe-coordinator");
+  quota.SetMaxThreads(a.max_rpc_threads);
+  builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) throw Error("cannot listen on " + addr);
+  const std::string local = a.host + ":" + std::to_string(bound_port);
+
+  const model::ModelConfig cfg = model::ModelConfig::from_gguf(file);
+  std::unique_ptr<engine::WorkerPoolExperts> pool_experts;
+  engine::WorkerPoolExperts* workers = nullptr;
+  if (!place.in_process) {
+    engine::WorkerPoolOptions wo;
+    wo.base.worker_bin =
+        a.worker_bin.empty()
+            ? (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "moe-cpu-worker")
+                  .string()
+            : a.worker_bin;
+    wo.base.model_path = a.model;
+    wo.base.n_embd = cfg.n_embd;
+    wo.base.max_tokens = a.n_batch;
+    wo.base.max_items = a.n_batch * cfg.n_expert_used;
+    wo.base.start_timeout = std::chrono::seconds(a.worker_timeout_s);
+    wo.workers = place.cpu_workers;
+    // Spinning for the other side pays only when both have cores of their own; on shared cores
+    // it steals the cycles the other side computes with (measured in docs/PERFORMANCE.md).
+    wo.base.pool_spin = a.pool_spin;
+    wo.base.spin = shares_cores(place) ? 0 : static_cast<uint32_t>(std::max(a.pool_spin, 2000));
+    wo.coordinator_addr = local;
+    wo.register_timeout = std::chrono::seconds(a.worker_timeout_s);
+    pool_experts = std::make_unique<engine::WorkerPoolExperts>(std::move(wo), registry);
+    workers = pool_experts.get();
+    log("CPU workers ready: " + std::to_string(workers->size()));
+  }
+
+  const auto tok = tokenizer::Tokenizer::from_gguf(file);
+  std::optional<ChatTemplate> tmpl;
+  if (file.find("tokenizer.chat_template") != nullptr) {
+    tmpl.emplace(std::string(file.require_string("tokenizer.chat_template")));
+  }
+  cpu::ThreadPool pool(place.coordinator_threads > 0 ? place.coordinator_threads : 1,
+                       place.coordinator_cpus, a.pool_spin);
+  auto model = model::create_model_arch(file, pool, std::move(pool_experts));
+
+  engine::EngineOptions eo;
+  eo.n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
+  eo.k_type = model::parse_kv_type(a.ctk);
+  eo.v_type = model::parse_kv_type(a.ctv);
+  eo.queue_capacity = a.queue_size;
+  eo.n_batch = a.n_batch;
+  if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
+  auto eng = std::make_unique<engine::Engine>(*model, tok, eo);
+
+  state.limits = {&tok, tmpl ? &*tmpl : nullptr, eo.n_ctx};
+  state.model_name = std::filesystem::path(a.model).filename().string();
+  state.engine.store(eng.get());
+  log("serving " + state.model_name + " on " + local + " (context " + std::to_string(eo.n_ctx) +
+      ", queue " + std::to_string(eo.queue_capacity) + ")");
+  if (!a.ready_file.empty()) write_ready_file(a.ready_file, a.host, bound_port);
+
+  wait_for_shutdown();
+  // New calls see UNAVAILABLE; running ones end at their next token; then the server drains.
+  registry.begin_shutdown();
+  state.engine.store(nullptr);
+  eng->stop();
+  // The stopped engine has failed every job; give their streams a moment to send that status.
+  // Then close: the short deadline also ends idle client connections, which a sync server would
+  // otherwise wait for until the deadline.
+  for (int i = 0; i < 100 && state.active_streams.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  eng.reset();
+  model.reset();  // stops the workers and removes their segments
+  if (!a.ready_file.empty()) std::filesystem::remove(a.ready_file);
+  log("stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any thread exists, so every thread inherits the mask and only sigtimedwait sees them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  CLI::App app{"moe-runtime coordinator: serves a GGUF MoE model over gRPC"};
+  Args a;
+  app.add_option("-m,--model", a.model, "GGUF model file")->required();
+  app.add_option("--host", a.host, "address to listen on (default 127.0.0.1)");
+  app.add_option("--port", a.port, "port (default 50051; 0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--placement", a.placement,
+                 "auto (one CPU worker per NUMA node), in-process, or a placement.yaml");
+  app.add_option("-t,--threads", a.threads, "coordinator threads (default: the placement's)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("-c,--ctx-size", a.n_ctx, "context per sequence (default min(4096, trained))")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--cache-type-k", a.ctk, "K cache type (-ctk): f32|f16|q8_0|q4_0")
+      ->check(CLI::IsMember(tools::kKvCacheTypes));
+  app.add_option("--cache-type-v", a.ctv, "V cache type (-ctv): f32|f16|q8_0|q4_0")
+      ->check(CLI::IsMember(tools::kKvCacheTypes));
+  app.add_option("-b,--batch-size", a.n_batch, "prompt tokens per forward (default 512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{8192}));
+  app.add_option("--queue-size", a.queue_size,
+                 "requests that may wait; more get RESOURCE_EXHAUSTED (default 16)")
+      ->check(CLI::Range(size_t{1}, size_t{4096}));
+  app.add_option("--worker-bin", a.worker_bin, "moe-cpu-worker (default: beside this binary)");
+  app.add_option("--worker-timeout", a.worker_timeout_s,
+                 "seconds a worker may take to load and register (default 120)")
+      ->check(CLI::Range(1, 3600));
+  app.add_option("--ready-file", a.ready_file,
+                 "write HOST:PORT here once serving (removed on exit)");
+  app.add_option("--pool-spin", a.pool_spin,
+                 "pause iterations idle compute threads (ours and the workers') spin before "
+                 "sleeping; with cores of their own, ~1000000 keeps them awake between layers")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--max-rpc-threads", a.max_rpc_threads, "gRPC server threads (default 64)")
+      ->check(CLI::Range(4, 4096));
+  std::vector<std::string> storage;
+  std::vector<char*> args = tools::llama_style_argv(argc, argv, storage);
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe-coordinator: error: %s\n", e.what());
+    return 1;
+  }
+}
