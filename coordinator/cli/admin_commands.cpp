@@ -1,0 +1,85 @@
+// stats, health and shutdown: the Control and grpc.health.v1 services.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
+#include "coordinator/cli/cli_commands.h"
+#include "coordinator/cli/cli_error.h"
+#include "coordinator/cli/output.h"
+#include "coordinator/cli/stats_table.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "moe/v1/control.grpc.pb.h"
+
+namespace moe::cli {
+
+namespace {
+
+using HealthStatus = grpc::health::v1::HealthCheckResponse;
+
+constexpr auto kHealthRetry = std::chrono::milliseconds(200);
+
+}  // namespace
+
+int run_stats(const ConnectionOptions& options, const StatsArgs& args) {
+  const Connection conn(options);
+  const auto stub = moe::v1::Control::NewStub(conn.channel());
+  moe::v1::GetStatsResponse stats;
+  {
+    grpc::ClientContext ctx;
+    conn.set_deadline(ctx);
+    check(stub->GetStats(&ctx, moe::v1::GetStatsRequest(), &stats));
+  }
+  moe::v1::GetPlacementResponse placement;
+  {
+    grpc::ClientContext ctx;
+    conn.set_deadline(ctx);
+    check(stub->GetPlacement(&ctx, moe::v1::GetPlacementRequest(), &placement));
+  }
+  TextOut().write(args.json ? format_stats_json(stats, placement)
+                            : format_stats_table(stats, placement));
+  return 0;
+}
+
+int run_health(const ConnectionOptions& options, const HealthArgs& args) {
+  using Clock = std::chrono::system_clock;
+  const bool waiting = args.wait_s > 0;
+  // Waiting, the channel also retries connecting every 200 ms rather than backing off to seconds.
+  const Connection conn(options, waiting ? std::optional(kHealthRetry) : std::nullopt);
+  const auto stub = grpc::health::v1::Health::NewStub(conn.channel());
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service("");
+  const Clock::time_point end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(std::max(args.wait_s, 0.0)));
+  for (;;) {
+    grpc::ClientContext ctx;
+    // Waiting: the call waits for the channel to connect (instead of failing at once while the
+    // server is not up yet), until the end of the wait or --timeout, whichever comes first.
+    ctx.set_deadline(waiting ? std::min(end, Clock::now() + conn.timeout())
+                             : Clock::now() + conn.timeout());
+    ctx.set_wait_for_ready(waiting);
+    HealthStatus resp;
+    const grpc::Status status = stub->Check(&ctx, req, &resp);
+    const bool serving = status.ok() && resp.status() == HealthStatus::SERVING;
+    if (serving || !waiting || Clock::now() + kHealthRetry >= end) {
+      check(status);
+      std::printf("%s\n", HealthStatus::ServingStatus_Name(resp.status()).c_str());
+      return serving ? 0 : 1;
+    }
+    std::this_thread::sleep_for(kHealthRetry);
+  }
+}
+
+int run_shutdown(const ConnectionOptions& options) {
+  const Connection conn(options);
+  const auto stub = moe::v1::Control::NewStub(conn.channel());
+  grpc::ClientContext ctx;
+  conn.set_deadline(ctx);
+  moe::v1::ShutdownResponse resp;
+  check(stub->Shutdown(&ctx, moe::v1::ShutdownRequest(), &resp));
+  return 0;
+}
+
+}  // namespace moe::cli

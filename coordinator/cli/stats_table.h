@@ -1,0 +1,20 @@
+// GetStats and GetPlacement for people (a table) and for programs (one JSON object).
+#pragma once
+
+#include <string>
+
+#include "moe/v1/control.pb.h"
+
+namespace moe::cli {
+
+// The counters, the queue, the token throughput and one row per worker (stats joined with its
+// placement by worker_id): state, pid, restarts, heartbeat age, NUMA node, threads, CPUs.
+std::string format_stats_table(const moe::v1::GetStatsResponse& stats,
+                               const moe::v1::GetPlacementResponse& placement);
+
+// {"stats": GetStatsResponse, "placement": GetPlacementResponse} in proto3 JSON with the .proto
+// field names (64-bit counters are strings, as that mapping writes them), on one line.
+std::string format_stats_json(const moe::v1::GetStatsResponse& stats,
+                              const moe::v1::GetPlacementResponse& placement);
+
+}  // namespace moe::cli
