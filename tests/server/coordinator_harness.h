@@ -1,0 +1,176 @@
+// Runs the real moe-coordinator (and through it moe-cpu-worker) as a child process for the
+// multi-process tests: any free port, a ready file to know when it serves, stubs for every
+// service, and checks that nothing (process or shared-memory segment) is left behind.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/model/child_process.h"
+#include "cpu_worker/process_watch.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "moe/v1/control.grpc.pb.h"
+#include "moe/v1/generation.grpc.pb.h"
+
+namespace moe::test {
+
+inline const std::string kBinDir = MOE_BIN_DIR;
+
+inline std::chrono::system_clock::time_point in(std::chrono::milliseconds d) {
+  return std::chrono::system_clock::now() + d;
+}
+
+// /dev/shm entries whose name carries `pid` as the creator (run_segment_name's "moe-<pid>-").
+inline std::vector<std::string> segments_of(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string prefix = "moe-" + std::to_string(pid) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+// True once `pid` is gone (a zombie counts as gone: its parent may be a reaper-less init).
+inline bool gone_within(pid_t pid, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    bool alive = false;
+    try {
+      alive = worker::ProcessWatch(pid).alive();
+    } catch (const std::exception&) {
+      alive = false;
+    }
+    if (!alive) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+class Coordinator {
+ public:
+  // Starts moe-coordinator on `model` with `args` and waits until it serves (fails the test via
+  // an exception otherwise).
+  Coordinator(const std::string& model, std::vector<std::string> args) {
+    ready_ = (std::filesystem::temp_directory_path() /
+              ("moe_coord_ready_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++)))
+                 .string();
+    std::filesystem::remove(ready_);
+    std::vector<std::string> argv = {
+        kBinDir + "/moe-coordinator", "-m", model, "--port", "0", "--ready-file", ready_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    proc_ = model::ChildProcess::spawn(argv);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::filesystem::exists(ready_)) {
+      if (!proc_.running()) throw std::runtime_error("moe-coordinator " + proc_.describe());
+      if (std::chrono::steady_clock::now() > end) throw std::runtime_error("coordinator not ready");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::ifstream f(ready_);
+    std::getline(f, addr_);
+    channel_ = grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials());
+    gen = v1::Generation::NewStub(channel_);
+    control = v1::Control::NewStub(channel_);
+    health = grpc::health::v1::Health::NewStub(channel_);
+  }
+
+  ~Coordinator() { stop(); }
+
+  // SIGTERM and wait; true when it exited with status 0 within 10 s.
+  bool stop() {
+    if (proc_.exited() || proc_.pid() <= 0) return proc_.exit_code() == 0;
+    ::kill(proc_.pid(), SIGTERM);
+    if (!proc_.wait_for(std::chrono::seconds(10))) {
+      proc_.kill();
+      return false;
+    }
+    std::filesystem::remove(ready_);
+    return proc_.exit_code() == 0;
+  }
+
+  model::ChildProcess& process() { return proc_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  pid_t pid() const { return proc_.pid(); }
+  const std::string& addr() const { return addr_; }
+
+  v1::GetPlacementResponse placement() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(in(std::chrono::seconds(5)));
+    v1::GetPlacementResponse r;
+    const grpc::Status st = control->GetPlacement(&ctx, {}, &r);
+    if (!st.ok()) throw std::runtime_error("GetPlacement: " + st.error_message());
+    return r;
+  }
+
+  v1::GetStatsResponse stats() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(in(std::chrono::seconds(5)));
+    v1::GetStatsResponse r;
+    const grpc::Status st = control->GetStats(&ctx, {}, &r);
+    if (!st.ok()) throw std::runtime_error("GetStats: " + st.error_message());
+    return r;
+  }
+
+  std::unique_ptr<v1::Generation::Stub> gen;
+  std::unique_ptr<v1::Control::Stub> control;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  model::ChildProcess proc_;
+  std::string ready_, addr_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+// The outcome of one streamed Generate.
+struct StreamResult {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  bool finished = false;
+  v1::Finish finish;
+  int chunks = 0;
+};
+
+// Reads a Generate stream to its end; `on_chunk` (optional) sees each chunk and may cancel.
+template <typename OnChunk>
+StreamResult run_stream(v1::Generation::Stub& stub, const v1::GenerateRequest& req,
+                        grpc::ClientContext& ctx, OnChunk on_chunk) {
+  StreamResult r;
+  auto reader = stub.Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_chunk()) {
+      ++r.chunks;
+      for (int32_t t : resp.chunk().token_ids()) r.tokens.push_back(t);
+      r.text += resp.chunk().text();
+      on_chunk(r);
+    } else if (resp.has_finish()) {
+      r.finished = true;
+      r.finish = resp.finish();
+    }
+  }
+  r.status = reader->Finish();
+  return r;
+}
+
+inline StreamResult run_stream(v1::Generation::Stub& stub, const v1::GenerateRequest& req,
+                               std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(in(deadline));
+  return run_stream(stub, req, ctx, [](const StreamResult&) {});
+}
+
+}  // namespace moe::test
