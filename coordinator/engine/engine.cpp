@@ -182,6 +182,13 @@ void Engine::run_job(Job& job) {
     end.error = JobError::Internal;
     end.message = e.what();
   }
+  if (opt_.metrics != nullptr) {
+    const auto outcome = end.kind == JobEvent::Finish       ? MetricsSink::Outcome::Ok
+                         : end.error == JobError::Cancelled ? MetricsSink::Outcome::Cancelled
+                                                            : MetricsSink::Outcome::Failed;
+    opt_.metrics->job_end(outcome, static_cast<int64_t>(req.prompt.size()),
+                          end.kind == JobEvent::Finish ? end.completion_tokens : 0);
+  }
   {
     std::lock_guard lock(mu_);
     if (end.kind == JobEvent::Finish) {
@@ -249,6 +256,7 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out) {
   fin.prompt_tokens = n_prompt;
   fin.seed = sampler.seed();
   int64_t n_gen = 0, steps = 0;
+  Clock::time_point t_last_token = t_prompt;
   auto emit = [&](std::vector<int32_t> tokens, std::string text) {
     if (tokens.empty() && text.empty()) return;
     JobEvent ev;
@@ -261,6 +269,15 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out) {
     const int32_t token = sampler.sample(logits_);
     sampler.accept(token);
     ++n_gen;
+    if (opt_.metrics != nullptr) {
+      const Clock::time_point now = Clock::now();
+      if (n_gen == 1) {
+        opt_.metrics->first_token(std::chrono::duration<double>(now - job.accepted()).count());
+      } else {
+        opt_.metrics->token_gap(std::chrono::duration<double>(now - t_last_token).count());
+      }
+      t_last_token = now;
+    }
     if (tok_.is_eog(token) && !req.ignore_eos) {
       fin.reason = FinishReason::Eog;
       break;

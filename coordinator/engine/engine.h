@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "coordinator/engine/job.h"
+#include "coordinator/engine/metrics_sink.h"
 #include "coordinator/model/kv_cache.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -36,6 +37,7 @@ struct EngineOptions {
   // Called on the scheduler thread before each job and probe: restart dead workers. It throws
   // WorkerUnavailable when they cannot be; empty: nothing to prepare.
   std::function<void()> prepare;
+  MetricsSink* metrics = nullptr;  // optional; must outlive the engine
 };
 
 struct EngineStats {

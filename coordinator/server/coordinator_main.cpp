@@ -28,6 +28,8 @@
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/worker_pool_experts.h"
 #include "coordinator/engine/worker_registry.h"
+#include "coordinator/http/http_server.h"
+#include "coordinator/http/metrics.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/server/control_service.h"
 #include "coordinator/server/generation_service.h"
@@ -56,6 +58,10 @@ struct Args {
   std::string ready_file;
   int max_rpc_threads = 64;
   int pool_spin = cpu::ThreadPool::kDefaultSpin;
+  int http_port = -1;  // off
+  std::string http_host, api_key;
+  size_t http_max_body = 8u << 20;
+  int http_threads = 32;
 };
 
 std::atomic<bool> g_shutdown{false};
@@ -65,12 +71,15 @@ void log(const std::string& s) {
   std::fflush(stderr);
 }
 
-// Written once the server answers, renamed into place so a watcher never reads half a file.
-void write_ready_file(const std::string& path, const std::string& host, int port) {
+// Written once the servers answer, renamed into place so a watcher never reads half a file:
+// the gRPC address, then the HTTP address when HTTP is on.
+void write_ready_file(const std::string& path, const std::string& grpc_addr,
+                      const std::string& http_addr) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp);
-    f << host << ":" << port << "\n";
+    f << grpc_addr << "\n";
+    if (!http_addr.empty()) f << "http " << http_addr << "\n";
     if (!f) throw Error("cannot write " + tmp);
   }
   std::filesystem::rename(tmp, path);
@@ -179,6 +188,8 @@ int run(const Args& a) {
   eo.queue_capacity = a.queue_size;
   eo.n_batch = a.n_batch;
   if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
+  http::Metrics metrics;
+  eo.metrics = &metrics;
   auto eng = std::make_unique<engine::Engine>(*model, tok, eo);
 
   state.limits = {&tok, tmpl ? &*tmpl : nullptr, eo.n_ctx};
@@ -186,7 +197,22 @@ int run(const Args& a) {
   state.engine.store(eng.get());
   log("serving " + state.model_name + " on " + local + " (context " + std::to_string(eo.n_ctx) +
       ", queue " + std::to_string(eo.queue_capacity) + ")");
-  if (!a.ready_file.empty()) write_ready_file(a.ready_file, a.host, bound_port);
+  std::unique_ptr<http::HttpServer> http_server;
+  std::string http_addr;
+  if (a.http_port >= 0) {
+    http::HttpOptions ho;
+    ho.host = a.http_host.empty() ? a.host : a.http_host;
+    ho.port = a.http_port;
+    ho.api_key = a.api_key;
+    ho.max_body_bytes = a.http_max_body;
+    ho.threads = a.http_threads;
+    ho.model_id = state.model_name;
+    http_server = std::make_unique<http::HttpServer>(ho, state, registry, metrics);
+    http_addr = ho.host + ":" + std::to_string(http_server->port());
+    log("OpenAI-compatible HTTP API on http://" + http_addr + "/v1" +
+        (a.api_key.empty() ? "" : " (API key required)"));
+  }
+  if (!a.ready_file.empty()) write_ready_file(a.ready_file, local, http_addr);
 
   wait_for_shutdown();
   // New calls see UNAVAILABLE; running ones end at their next token; then the server drains.
@@ -200,6 +226,7 @@ int run(const Args& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  if (http_server) http_server->stop();
   eng.reset();
   model.reset();  // stops the workers and removes their segments
   if (!a.ready_file.empty()) std::filesystem::remove(a.ready_file);
@@ -249,6 +276,16 @@ int main(int argc, char** argv) {
                  "pause iterations idle compute threads (ours and the workers') spin before "
                  "sleeping; with cores of their own, ~1000000 keeps them awake between layers")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--http-port", a.http_port,
+                 "serve the OpenAI-compatible HTTP API on this port (default: off; 0: any)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--http-host", a.http_host, "HTTP address (default: --host)");
+  app.add_option("--api-key", a.api_key,
+                 "HTTP clients must send 'Authorization: Bearer KEY' (required off loopback)");
+  app.add_option("--http-max-body", a.http_max_body, "largest request body in bytes (8 MiB)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  app.add_option("--http-threads", a.http_threads, "HTTP connections served at once (32)")
+      ->check(CLI::Range(2, 1024));
   app.add_option("--max-rpc-threads", a.max_rpc_threads, "gRPC server threads (default 64)")
       ->check(CLI::Range(4, 4096));
   std::vector<std::string> storage;

@@ -77,6 +77,8 @@ class Coordinator {
     }
     std::ifstream f(ready_);
     std::getline(f, addr_);
+    std::string line;
+    if (std::getline(f, line) && line.rfind("http ", 0) == 0) http_addr_ = line.substr(5);
     channel_ = grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials());
     gen = v1::Generation::NewStub(channel_);
     control = v1::Control::NewStub(channel_);
@@ -101,6 +103,7 @@ class Coordinator {
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   pid_t pid() const { return proc_.pid(); }
   const std::string& addr() const { return addr_; }
+  const std::string& http_addr() const { return http_addr_; }  // empty: HTTP off
 
   v1::GetPlacementResponse placement() {
     grpc::ClientContext ctx;
@@ -130,7 +133,7 @@ class Coordinator {
     return n;
   }
   model::ChildProcess proc_;
-  std::string ready_, addr_;
+  std::string ready_, addr_, http_addr_;
   std::shared_ptr<grpc::Channel> channel_;
 };
 

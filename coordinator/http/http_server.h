@@ -1,0 +1,67 @@
+// The OpenAI-compatible HTTP API (llama-server's behaviour) over the same engine as gRPC:
+// POST /v1/chat/completions and /v1/completions (streamed as server-sent events ending in
+// `data: [DONE]`, or whole), GET /v1/models, /health and /metrics. Errors are JSON bodies
+// ({"error": {...}}) with 400 (bad request), 401 (API key), 404, 413 (body too large), 429 (queue
+// full) and 503 (starting, stopping, draining or a worker died).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "coordinator/engine/worker_registry.h"
+#include "coordinator/http/metrics.h"
+#include "coordinator/server/serving_state.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace moe::http {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port
+  // Required (Authorization: Bearer KEY) on every route but /health; mandatory when `host` is
+  // not a loopback address.
+  std::string api_key;
+  size_t max_body_bytes = 8u << 20;
+  int threads = 32;  // connections served at once; more wait for a free thread
+  std::string model_id = "moe-runtime";
+};
+
+class HttpServer {
+ public:
+  // Binds and starts serving on a thread of its own; throws moe::Error when the port cannot be
+  // bound or a non-loopback address has no API key.
+  HttpServer(HttpOptions opt, server::ServingState& state, engine::WorkerRegistry& registry,
+             Metrics& metrics);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  // Stops accepting and ends the listener (open streams end as their jobs fail).
+  void stop();
+
+ private:
+  void routes();
+  // POST /v1/chat/completions (chat) and /v1/completions.
+  void generation(const httplib::Request& req, httplib::Response& res, bool chat);
+
+  HttpOptions opt_;
+  server::ServingState& state_;
+  engine::WorkerRegistry& registry_;
+  Metrics& metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+  std::thread listener_;
+};
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback(const std::string& host);
+
+}  // namespace moe::http

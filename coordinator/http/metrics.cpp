@@ -1,0 +1,109 @@
+#include "coordinator/http/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+namespace moe::http {
+
+namespace {
+
+// Seconds: a token every few ms on a big machine, seconds for a long prompt on a small one.
+prometheus::Histogram::BucketBoundaries latency_buckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      http_requests_(prometheus::BuildCounter()
+                         .Name("moe_http_requests_total")
+                         .Help("HTTP responses by route and status code")
+                         .Register(*registry_)),
+      jobs_(prometheus::BuildCounter()
+                .Name("moe_requests_total")
+                .Help("Generation requests that ran, by outcome (gRPC and HTTP)")
+                .Register(*registry_)),
+      prompt_tokens_(prometheus::BuildCounter()
+                         .Name("moe_prompt_tokens_total")
+                         .Help("Prompt tokens evaluated")
+                         .Register(*registry_)
+                         .Add({})),
+      generated_tokens_(prometheus::BuildCounter()
+                            .Name("moe_generated_tokens_total")
+                            .Help("Tokens generated")
+                            .Register(*registry_)
+                            .Add({})),
+      ttft_(prometheus::BuildHistogram()
+                .Name("moe_time_to_first_token_seconds")
+                .Help("From acceptance (queue included) to the first generated token")
+                .Register(*registry_)
+                .Add({}, latency_buckets())),
+      token_latency_(prometheus::BuildHistogram()
+                         .Name("moe_token_latency_seconds")
+                         .Help("Between consecutive generated tokens of a request")
+                         .Register(*registry_)
+                         .Add({}, latency_buckets())),
+      queue_depth_(prometheus::BuildGauge()
+                       .Name("moe_queue_depth")
+                       .Help("Requests waiting")
+                       .Register(*registry_)
+                       .Add({})),
+      queue_capacity_(prometheus::BuildGauge()
+                          .Name("moe_queue_capacity")
+                          .Help("Requests that may wait before new ones get 429")
+                          .Register(*registry_)
+                          .Add({})),
+      running_(prometheus::BuildGauge()
+                   .Name("moe_requests_running")
+                   .Help("Requests being generated")
+                   .Register(*registry_)
+                   .Add({})),
+      worker_up_(prometheus::BuildGauge()
+                     .Name("moe_worker_up")
+                     .Help("1 while the worker is registered and alive")
+                     .Register(*registry_)),
+      worker_busy_(prometheus::BuildGauge()
+                       .Name("moe_worker_busy_seconds")
+                       .Help("Time the worker spent computing experts (CPU busy time)")
+                       .Register(*registry_)),
+      worker_restarts_(prometheus::BuildGauge()
+                           .Name("moe_worker_restarts")
+                           .Help("Times the worker was started again after dying")
+                           .Register(*registry_)) {}
+
+void Metrics::first_token(double seconds) { ttft_.Observe(seconds); }
+
+void Metrics::token_gap(double seconds) { token_latency_.Observe(seconds); }
+
+void Metrics::job_end(Outcome outcome, int64_t prompt_tokens, int64_t generated_tokens) {
+  const char* name = outcome == Outcome::Ok          ? "ok"
+                     : outcome == Outcome::Cancelled ? "cancelled"
+                                                     : "failed";
+  jobs_.Add({{"outcome", name}}).Increment();
+  prompt_tokens_.Increment(static_cast<double>(prompt_tokens));
+  generated_tokens_.Increment(static_cast<double>(generated_tokens));
+}
+
+void Metrics::http_response(const std::string& route, int status) {
+  http_requests_.Add({{"route", route}, {"code", std::to_string(status)}}).Increment();
+}
+
+std::string Metrics::scrape(const server::ServingState& state,
+                            const engine::WorkerRegistry& registry) {
+  std::lock_guard lock(scrape_mu_);
+  if (engine::Engine* eng = state.engine.load()) {
+    const engine::EngineStats s = eng->stats();
+    queue_depth_.Set(static_cast<double>(s.queue_depth));
+    queue_capacity_.Set(static_cast<double>(s.queue_capacity));
+    running_.Set(s.running);
+  }
+  for (const engine::WorkerRecord& w : registry.snapshot()) {
+    const prometheus::Labels labels{{"worker", w.id}, {"kind", "cpu"}};
+    worker_up_.Add(labels).Set(w.state == engine::WorkerState::Ready ? 1 : 0);
+    worker_busy_.Add(labels).Set(w.busy_ms / 1e3);
+    worker_restarts_.Add(labels).Set(w.restarts);
+  }
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace moe::http

@@ -1,0 +1,298 @@
+// The OpenAI-compatible HTTP API of a running coordinator, driven by a real HTTP client (curl):
+// chat and completions, streamed (SSE) and whole, a tool-call round trip through the chat
+// template, every error status (400, 401, 404, 413, 429, 503) with a JSON body, API key on and
+// off, and /metrics.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tests/server/coordinator_harness.h"
+#include "tests/testdata.h"
+
+namespace moe::test {
+namespace {
+
+using json = nlohmann::json;
+using Ms = std::chrono::milliseconds;
+
+std::string model_path() { return (testdata_dir() / "models/tiny-qwen3moe-sv-Q8_0.gguf").string(); }
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+// curl with the body in a file (no shell quoting of JSON); the status code is the last line.
+HttpReply curl(const std::string& method, const std::string& url, const std::string& body = "",
+               const std::string& extra = "") {
+  static int n = 0;
+  const std::string file =
+      (std::filesystem::temp_directory_path() /
+       ("moe_http_body_" + std::to_string(::getpid()) + "_" + std::to_string(n++)))
+          .string();
+  std::string cmd =
+      "curl -sS -N --max-time 60 -X " + method + " " + extra + " -w '\\n%{http_code}' ";
+  if (!body.empty()) {
+    std::ofstream(file, std::ios::binary) << body;
+    cmd += "-H 'Content-Type: application/json' --data-binary @" + file + " ";
+  }
+  cmd += "'" + url + "' 2>&1";
+  HttpReply r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) r.body.append(buf, got);
+  ::pclose(p);
+  std::filesystem::remove(file);
+  const size_t nl = r.body.rfind('\n');
+  if (nl != std::string::npos) {
+    r.status = std::atoi(r.body.c_str() + nl + 1);
+    r.body.resize(nl);
+  }
+  return r;
+}
+
+// The JSON objects of an SSE stream's `data:` lines; `done` tells whether [DONE] ended it.
+std::vector<json> sse_events(const std::string& body, bool* done) {
+  std::vector<json> out;
+  *done = false;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find('\n', pos);
+    if (end == std::string::npos) end = body.size();
+    const std::string line = body.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind("data: ", 0) != 0) continue;
+    if (line == "data: [DONE]") {
+      *done = true;
+      continue;
+    }
+    out.push_back(json::parse(line.substr(6)));
+  }
+  return out;
+}
+
+std::string chat_body(const std::string& user, int max_tokens, bool stream) {
+  json b = {{"model", "tiny"},
+            {"messages", {{{"role", "user"}, {"content", user}}}},
+            {"max_tokens", max_tokens},
+            {"temperature", 0},
+            {"stream", stream}};
+  if (stream) b["stream_options"] = {{"include_usage", true}};
+  return b.dump();
+}
+
+void expect_error(const HttpReply& r, int status, const std::string& part) {
+  EXPECT_EQ(r.status, status) << r.body;
+  const json j = json::parse(r.body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.body;
+  ASSERT_TRUE(j.contains("error")) << r.body;
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(part), std::string::npos) << r.body;
+}
+
+class Http : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    coord_ =
+        new Coordinator(model_path(), {"-c", "512", "--http-port", "0", "--http-max-body", "4096"});
+    base_ = "http://" + coord_->http_addr();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_TRUE(coord_->stop());
+    delete coord_;
+  }
+  static Coordinator* coord_;
+  static std::string base_;
+};
+Coordinator* Http::coord_ = nullptr;
+std::string Http::base_;
+
+TEST_F(Http, ChatWholeAndStreamedAgree) {
+  ASSERT_FALSE(coord_->http_addr().empty());
+  const HttpReply whole =
+      curl("POST", base_ + "/v1/chat/completions", chat_body("Hello!", 12, false));
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json j = json::parse(whole.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  const json& msg = j["choices"][0]["message"];
+  EXPECT_EQ(msg["role"], "assistant");
+  const int completion = j["usage"]["completion_tokens"];
+  EXPECT_GE(completion, 1);
+  EXPECT_LE(completion, 12);
+  EXPECT_EQ(j["usage"]["total_tokens"].get<int>(),
+            j["usage"]["prompt_tokens"].get<int>() + completion);
+
+  const HttpReply streamed =
+      curl("POST", base_ + "/v1/chat/completions", chat_body("Hello!", 12, true));
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  bool done = false;
+  const std::vector<json> events = sse_events(streamed.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string content, reasoning;
+  std::string finish;
+  for (const json& e : events) {
+    if (e.contains("usage") && !e["usage"].is_null()) {
+      EXPECT_EQ(e["usage"]["completion_tokens"].get<int>(), completion);
+    }
+    if (!e.contains("choices") || e["choices"].empty()) continue;
+    const json& d = e["choices"][0]["delta"];
+    if (d.contains("content") && d["content"].is_string())
+      content += d["content"].get<std::string>();
+    if (d.contains("reasoning_content") && d["reasoning_content"].is_string()) {
+      reasoning += d["reasoning_content"].get<std::string>();
+    }
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  // Greedy: the same text either way.
+  EXPECT_EQ(content, msg.value("content", json("")).is_string() ? msg.value("content", "") : "");
+  EXPECT_EQ(reasoning, msg.value("reasoning_content", std::string()));
+  EXPECT_EQ(finish, j["choices"][0]["finish_reason"]);
+}
+
+TEST_F(Http, CompletionsAndModels) {
+  const json body = {{"prompt", "The capital of France is"}, {"max_tokens", 6}, {"temperature", 0}};
+  const HttpReply r = curl("POST", base_ + "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_TRUE(j["choices"][0]["text"].is_string());
+  // The same prompt through gRPC gives the same text.
+  v1::GenerateRequest g;
+  g.set_text("The capital of France is");
+  g.set_max_tokens(6);
+  g.mutable_sampling()->set_temperature(0);
+  const StreamResult s = run_stream(*coord_->gen, g);
+  ASSERT_TRUE(s.status.ok());
+  EXPECT_EQ(j["choices"][0]["text"].get<std::string>(), s.text);
+
+  const HttpReply m = curl("GET", base_ + "/v1/models");
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(json::parse(m.body)["data"][0]["id"], "tiny-qwen3moe-sv-Q8_0.gguf");
+  EXPECT_EQ(curl("GET", base_ + "/health").status, 200);
+}
+
+TEST_F(Http, ToolCallRoundTripRendersThroughTheTemplate) {
+  const json tools =
+      json::array({{{"type", "function"},
+                    {"function",
+                     {{"name", "get_weather"},
+                      {"description", "Weather in a city"},
+                      {"parameters",
+                       {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
+  const json messages = json::array(
+      {{{"role", "user"}, {"content", "Weather in Paris?"}},
+       {{"role", "assistant"},
+        {"content", ""},
+        {"tool_calls",
+         {{{"id", "call_1"},
+           {"type", "function"},
+           {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}}}}}},
+       {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny, 21 C"}}});
+  const json body = {
+      {"messages", messages}, {"tools", tools}, {"max_tokens", 4}, {"temperature", 0}};
+  const HttpReply r = curl("POST", base_ + "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const int prompt_tokens = json::parse(r.body)["usage"]["prompt_tokens"];
+
+  // The prompt the server used is the template's rendering of exactly these messages and tools.
+  v1::ApplyChatTemplateRequest ar;
+  for (const json& m : messages) {
+    auto* pm = ar.mutable_chat()->add_messages();
+    pm->set_role(m["role"]);
+    pm->set_content(m["content"].get<std::string>());
+    if (m.contains("tool_call_id")) pm->set_tool_call_id(m["tool_call_id"]);
+    if (m.contains("tool_calls")) {
+      auto* c = pm->add_tool_calls();
+      c->set_id("call_1");
+      c->set_name("get_weather");
+      c->set_arguments_json("{\"city\":\"Paris\"}");
+    }
+  }
+  ar.mutable_chat()->add_tools_json(tools[0].dump());
+  ar.set_tokenize(true);
+  v1::ApplyChatTemplateResponse aresp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(in(std::chrono::seconds(10)));
+  ASSERT_TRUE(coord_->gen->ApplyChatTemplate(&ctx, ar, &aresp).ok());
+  EXPECT_EQ(prompt_tokens, aresp.ids_size());
+  EXPECT_NE(aresp.text().find("<tool_call>"), std::string::npos);
+  EXPECT_NE(aresp.text().find("sunny, 21 C"), std::string::npos);
+}
+
+TEST_F(Http, ErrorsAreJsonWithTheRightStatus) {
+  expect_error(curl("POST", base_ + "/v1/chat/completions", "{not json"), 400, "not valid JSON");
+  expect_error(curl("POST", base_ + "/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"hi","colour":"red"}]})"),
+               400, "colour");
+  expect_error(curl("POST", base_ + "/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"hi"}],"temperature":-1,"top_p":7})"),
+               400, "top_p");
+  expect_error(curl("GET", base_ + "/v1/nothing"), 404, "no such route");
+  const std::string big = "{\"prompt\":\"" + std::string(8000, 'a') + "\"}";
+  expect_error(curl("POST", base_ + "/v1/completions", big), 413, "too large");
+}
+
+TEST(HttpAuth, KeyRequiredWhenSetAndOffLoopbackWithout) {
+  Coordinator c(model_path(), {"-c", "256", "--http-port", "0", "--api-key", "sesame"});
+  const std::string base = "http://" + c.http_addr();
+  expect_error(curl("GET", base + "/v1/models"), 401, "missing API key");
+  expect_error(curl("GET", base + "/v1/models", "", "-H 'Authorization: Bearer wrong'"), 401,
+               "invalid API key");
+  EXPECT_EQ(curl("GET", base + "/v1/models", "", "-H 'Authorization: Bearer sesame'").status, 200);
+  EXPECT_EQ(curl("GET", base + "/health").status, 200);  // probes need no key
+  EXPECT_TRUE(c.stop());
+
+  // Binding beyond loopback without a key is refused at start.
+  auto p = model::ChildProcess::spawn({kBinDir + "/moe-coordinator", "-m", model_path(), "--port",
+                                       "0", "--http-port", "0", "--http-host", "0.0.0.0"});
+  ASSERT_TRUE(p.wait_for(std::chrono::seconds(30)));
+  EXPECT_EQ(p.exit_code(), 1);
+}
+
+TEST(HttpLoad, FullQueueIs429AndDrainingIs503) {
+  Coordinator c(model_path(), {"-c", "4096", "--http-port", "0", "--queue-size", "1"});
+  const std::string base = "http://" + c.http_addr();
+  // Two long streams: one running, one queued; the third is refused.
+  const json body = {{"prompt", "Count:"}, {"max_tokens", 3000}, {"stream", true}};
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 2; ++i) {
+    streams.emplace_back(
+        [&] { curl("POST", base + "/v1/completions", body.dump(), "--max-time 5"); });
+    const unsigned want = static_cast<unsigned>(i) + 1;
+    ASSERT_TRUE([&] {
+      const auto end = std::chrono::steady_clock::now() + Ms(10000);
+      while (std::chrono::steady_clock::now() < end) {
+        const auto s = c.stats();
+        if (s.running() + s.queue_depth() >= want) return true;
+        std::this_thread::sleep_for(Ms(5));
+      }
+      return false;
+    }());
+  }
+  expect_error(curl("POST", base + "/v1/completions", body.dump()), 429, "queue is full");
+  for (auto& t : streams) t.join();  // curl gives up after 5 s; the server cancels both
+
+  // Draining: new requests get 503.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(in(std::chrono::seconds(30)));
+  v1::DrainResponse dr;
+  ASSERT_TRUE(c.control->Drain(&ctx, {}, &dr).ok());
+  EXPECT_TRUE(dr.drained());
+  expect_error(curl("POST", base + "/v1/completions", R"({"prompt":"hi","max_tokens":2})"), 503,
+               "draining");
+  const std::string metrics = curl("GET", base + "/metrics").body;
+  EXPECT_NE(metrics.find("moe_time_to_first_token_seconds_count"), std::string::npos);
+  EXPECT_NE(metrics.find("moe_http_requests_total"), std::string::npos);
+  EXPECT_NE(metrics.find("code=\"429\""), std::string::npos) << metrics;
+  EXPECT_TRUE(c.stop());
+}
+
+}  // namespace
+}  // namespace moe::test
