@@ -49,24 +49,18 @@ int run(const Args& a) {
   const std::string numa = placement::bind_memory_to_node(a.numa_node);
   const auto file = gguf::GgufFile::open(a.model);
   const model::ModelConfig cfg = model::ModelConfig::from_gguf(file);
-  std::vector<model::ExpertLayerTensors> layers;
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    layers.push_back(
-        model::require_expert_tensors(file, l, cfg.n_embd, cfg.n_ff_exp, cfg.n_expert));
-  }
   const int threads = a.threads > 0 ? a.threads
                       : !a.cpus.empty()
                           ? static_cast<int>(a.cpus.size())
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu::ThreadPool pool(threads, a.cpus, a.pool_spin);
   // The same kernels as the in-process executor, so results are bitwise equal.
-  model::CpuExpertExecutor experts(std::move(layers), cfg.n_embd, cfg.n_ff_exp, cfg.n_expert, pool,
-                                   cpu::best_isa());
+  const auto experts = model::cpu_experts_for(file, pool);
 
   const shm::ShmSegment seg = shm::ShmSegment::open(a.segment);
   std::unique_ptr<worker::CoordinatorLink> link;
   worker::ExpertServer server(
-      experts, {cfg.n_layer, cfg.n_embd, cfg.n_expert},
+      *experts, {cfg.n_layer, cfg.n_embd, cfg.n_expert},
       shm::attach_expert_segment(seg.data(), seg.size()),
       [&] { return coordinator.alive() && !(link && link->should_exit()); }, a.spin);
   if (!a.coordinator_addr.empty()) {

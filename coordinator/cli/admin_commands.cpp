@@ -1,4 +1,6 @@
 // stats, health and shutdown: the Control and grpc.health.v1 services.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,21 +27,29 @@ constexpr auto kHealthRetry = std::chrono::milliseconds(200);
 int run_stats(const ConnectionOptions& options, const StatsArgs& args) {
   const Connection conn(options);
   const auto stub = moe::v1::Control::NewStub(conn.channel());
-  moe::v1::GetStatsResponse stats;
-  {
-    grpc::ClientContext ctx;
-    conn.set_deadline(ctx);
-    check(stub->GetStats(&ctx, moe::v1::GetStatsRequest(), &stats));
+  // Redrawing in place only makes sense on a terminal; elsewhere each snapshot is appended.
+  const bool redraw = args.watch && !args.json && ::isatty(STDOUT_FILENO) != 0;
+  for (;;) {
+    moe::v1::GetStatsResponse stats;
+    {
+      grpc::ClientContext ctx;
+      conn.set_deadline(ctx);
+      check(stub->GetStats(&ctx, moe::v1::GetStatsRequest(), &stats));
+    }
+    moe::v1::GetPlacementResponse placement;
+    {
+      grpc::ClientContext ctx;
+      conn.set_deadline(ctx);
+      check(stub->GetPlacement(&ctx, moe::v1::GetPlacementRequest(), &placement));
+    }
+    std::string text =
+        args.json ? format_stats_json(stats, placement) : format_stats_table(stats, placement);
+    if (redraw) text = cat("\x1b[H\x1b[2J", text);  // home, clear screen
+    if (args.watch && !args.json && !redraw) text += "\n";
+    TextOut().write(text);
+    if (!args.watch) return 0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(args.interval_s));
   }
-  moe::v1::GetPlacementResponse placement;
-  {
-    grpc::ClientContext ctx;
-    conn.set_deadline(ctx);
-    check(stub->GetPlacement(&ctx, moe::v1::GetPlacementRequest(), &placement));
-  }
-  TextOut().write(args.json ? format_stats_json(stats, placement)
-                            : format_stats_table(stats, placement));
-  return 0;
 }
 
 int run_health(const ConnectionOptions& options, const HealthArgs& args) {

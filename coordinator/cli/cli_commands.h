@@ -54,6 +54,8 @@ struct TemplateArgs {
 
 struct StatsArgs {
   bool json = false;
+  bool watch = false;  // redraw every `interval_s` until interrupted
+  double interval_s = 1;
 };
 
 struct HealthArgs {

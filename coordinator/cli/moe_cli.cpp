@@ -142,6 +142,11 @@ int main(int argc, char** argv) {
                                            "counters, queue, throughput and workers (GetStats, "
                                            "GetPlacement)");
   stats_cmd->add_flag("--json", stats.json, "as one JSON object");
+  stats_cmd->add_flag("--watch", stats.watch,
+                      "live view: redraw the table (per-layer hits, misses, expert time) until "
+                      "Ctrl-C; with --json, one object per interval");
+  stats_cmd->add_option("--interval", stats.interval_s, "seconds between redraws (default 1)")
+      ->check(CLI::Range(0.1, 3600.0));
 
   // health
   HealthArgs health;

@@ -169,7 +169,25 @@ std::string format_stats_table(const moe::v1::GetStatsResponse& s,
   }
   out += '\n';
   out += t.render();
-  return out;
+  return out + format_layer_table(s);
+}
+
+std::string format_layer_table(const moe::v1::GetStatsResponse& s) {
+  if (s.layers_size() == 0) return "";
+  Table t;
+  t.header = {"LAYER",    "CALLS",        "TOKENS", "ROUTED",
+              "GPU HITS", "CPU (MISSES)", "HIT %",  "EXPERT TIME"};
+  t.right = {true, true, true, true, true, true, true, true};
+  for (const auto& l : s.layers()) {
+    const uint64_t seen = l.gpu_hits() + l.gpu_misses();
+    t.rows.push_back({std::to_string(l.layer()), u64(l.calls()), u64(l.tokens()), u64(l.routed()),
+                      u64(l.gpu_hits()), u64(l.gpu_misses()),
+                      seen == 0 ? "-"
+                                : format("%.1f", 100.0 * static_cast<double>(l.gpu_hits()) /
+                                                     static_cast<double>(seen)),
+                      format("%.2f s", l.expert_ms() / 1e3)});
+  }
+  return cat('\n', t.render());
 }
 
 std::string format_stats_json(const moe::v1::GetStatsResponse& stats,

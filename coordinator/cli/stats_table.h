@@ -12,6 +12,10 @@ namespace moe::cli {
 std::string format_stats_table(const moe::v1::GetStatsResponse& stats,
                                const moe::v1::GetPlacementResponse& placement);
 
+// One row per MoE layer: expert batches, tokens, routed items, GPU hits and CPU-computed misses,
+// hit rate and expert time ("" when the server reports no layers).
+std::string format_layer_table(const moe::v1::GetStatsResponse& stats);
+
 // {"stats": GetStatsResponse, "placement": GetPlacementResponse} in proto3 JSON with the .proto
 // field names (64-bit counters are strings, as that mapping writes them), on one line.
 std::string format_stats_json(const moe::v1::GetStatsResponse& stats,

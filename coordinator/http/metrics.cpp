@@ -69,7 +69,24 @@ Metrics::Metrics()
       worker_restarts_(prometheus::BuildGauge()
                            .Name("moe_worker_restarts")
                            .Help("Times the worker was started again after dying")
-                           .Register(*registry_)) {}
+                           .Register(*registry_)),
+      // Read from LayerStats at scrape time, so gauges holding running totals.
+      layer_routed_(prometheus::BuildGauge()
+                        .Name("moe_layer_routed_items")
+                        .Help("(token, expert) items routed in the layer since start")
+                        .Register(*registry_)),
+      layer_seconds_(prometheus::BuildGauge()
+                         .Name("moe_layer_expert_seconds")
+                         .Help("Wall time of the layer's expert computation since start")
+                         .Register(*registry_)),
+      layer_hits_(prometheus::BuildGauge()
+                      .Name("moe_layer_gpu_hits")
+                      .Help("Items computed by GPU-resident experts (0 without a GPU worker)")
+                      .Register(*registry_)),
+      layer_misses_(prometheus::BuildGauge()
+                        .Name("moe_layer_gpu_misses")
+                        .Help("Items computed on the CPU; hit rate = hits / (hits + misses)")
+                        .Register(*registry_)) {}
 
 void Metrics::first_token(double seconds) { ttft_.Observe(seconds); }
 
@@ -96,6 +113,16 @@ std::string Metrics::scrape(const server::ServingState& state,
     queue_depth_.Set(static_cast<double>(s.queue_depth));
     queue_capacity_.Set(static_cast<double>(s.queue_capacity));
     running_.Set(s.running);
+  }
+  if (state.layers != nullptr && state.engine.load() != nullptr) {
+    const std::vector<engine::LayerCounters> layers = state.layers->snapshot();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const prometheus::Labels labels{{"layer", std::to_string(l)}};
+      layer_routed_.Add(labels).Set(static_cast<double>(layers[l].routed));
+      layer_seconds_.Add(labels).Set(layers[l].expert_ms / 1e3);
+      layer_hits_.Add(labels).Set(static_cast<double>(layers[l].gpu_hits));
+      layer_misses_.Add(labels).Set(static_cast<double>(layers[l].gpu_misses));
+    }
   }
   for (const engine::WorkerRecord& w : registry.snapshot()) {
     const prometheus::Labels labels{{"worker", w.id}, {"kind", "cpu"}};

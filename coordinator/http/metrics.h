@@ -49,6 +49,10 @@ class Metrics final : public engine::MetricsSink {
   prometheus::Family<prometheus::Gauge>& worker_up_;
   prometheus::Family<prometheus::Gauge>& worker_busy_;
   prometheus::Family<prometheus::Gauge>& worker_restarts_;
+  prometheus::Family<prometheus::Gauge>& layer_routed_;
+  prometheus::Family<prometheus::Gauge>& layer_seconds_;
+  prometheus::Family<prometheus::Gauge>& layer_hits_;
+  prometheus::Family<prometheus::Gauge>& layer_misses_;
   std::mutex scrape_mu_;
 };
 

@@ -6,7 +6,9 @@
 #include <string>
 
 #include "common/error.h"
+#include "coordinator/model/model_config.h"
 #include "coordinator/model/tensor_table.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace moe::model {
 namespace {
@@ -109,6 +111,16 @@ void CpuExpertExecutor::run(int64_t layer, const float* x, int64_t n_tokens,
     const float* y = item_out_.data() + i * n_embd_;
     for (int64_t d = 0; d < n_embd_; ++d) o[d] += it.weight * y[d];
   }
+}
+
+std::unique_ptr<CpuExpertExecutor> cpu_experts_for(const gguf::GgufFile& f, cpu::ThreadPool& pool) {
+  const ModelConfig cfg = ModelConfig::from_gguf(f);
+  std::vector<ExpertLayerTensors> layers;
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    layers.push_back(require_expert_tensors(f, l, cfg.n_embd, cfg.n_ff_exp, cfg.n_expert));
+  }
+  return std::make_unique<CpuExpertExecutor>(std::move(layers), cfg.n_embd, cfg.n_ff_exp,
+                                             cfg.n_expert, pool, cpu::best_isa());
 }
 
 }  // namespace moe::model

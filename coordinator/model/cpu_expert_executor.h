@@ -49,4 +49,8 @@ class CpuExpertExecutor final : public ExpertExecutor {
   std::vector<float> xg_, g_, u_, item_out_;
 };
 
+// The executor for every MoE layer of `f` on `pool` with the best ISA here: what the model uses
+// in-process and what a CPU worker process runs (so the two are bitwise equal).
+std::unique_ptr<CpuExpertExecutor> cpu_experts_for(const gguf::GgufFile& f, cpu::ThreadPool& pool);
+
 }  // namespace moe::model

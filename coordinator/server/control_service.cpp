@@ -91,6 +91,19 @@ grpc::Status ControlService::GetStats(grpc::ServerContext*, const v1::GetStatsRe
     resp->set_last_tokens_per_second(s.last_tokens_per_second);
     resp->set_draining(s.draining);
   }
+  if (state_.layers != nullptr && state_.engine.load() != nullptr) {
+    const std::vector<engine::LayerCounters> layers = state_.layers->snapshot();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      v1::LayerStats& o = *resp->add_layers();
+      o.set_layer(static_cast<int32_t>(l));
+      o.set_calls(layers[l].calls);
+      o.set_tokens(layers[l].tokens);
+      o.set_routed(layers[l].routed);
+      o.set_expert_ms(layers[l].expert_ms);
+      o.set_gpu_hits(layers[l].gpu_hits);
+      o.set_gpu_misses(layers[l].gpu_misses);
+    }
+  }
   for (const engine::WorkerRecord& w : registry_.snapshot()) {
     v1::WorkerStats& o = *resp->add_workers();
     o.set_worker_id(w.id);

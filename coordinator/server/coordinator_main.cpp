@@ -26,10 +26,12 @@
 #include "common/placement/placement.h"
 #include "coordinator/chat_template/chat_template.h"
 #include "coordinator/engine/engine.h"
+#include "coordinator/engine/layer_stats.h"
 #include "coordinator/engine/worker_pool_experts.h"
 #include "coordinator/engine/worker_registry.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/http/metrics.h"
+#include "coordinator/model/cpu_expert_executor.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/server/control_service.h"
 #include "coordinator/server/generation_service.h"
@@ -179,7 +181,16 @@ int run(const Args& a) {
   }
   cpu::ThreadPool pool(place.coordinator_threads > 0 ? place.coordinator_threads : 1,
                        place.coordinator_cpus, a.pool_spin);
-  auto model = model::create_model_arch(file, pool, std::move(pool_experts));
+  // Every executor is wrapped so GetStats and /metrics can show per-layer expert work.
+  std::unique_ptr<model::ExpertExecutor> experts;
+  if (pool_experts) {
+    experts = std::move(pool_experts);
+  } else {
+    experts = model::cpu_experts_for(file, pool);
+  }
+  engine::LayerStats layer_stats(cfg.n_layer);
+  auto model = model::create_model_arch(
+      file, pool, std::make_unique<engine::InstrumentedExperts>(std::move(experts), layer_stats));
 
   engine::EngineOptions eo;
   eo.n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
@@ -194,6 +205,7 @@ int run(const Args& a) {
 
   state.limits = {&tok, tmpl ? &*tmpl : nullptr, eo.n_ctx};
   state.model_name = std::filesystem::path(a.model).filename().string();
+  state.layers = &layer_stats;
   state.engine.store(eng.get());
   log("serving " + state.model_name + " on " + local + " (context " + std::to_string(eo.n_ctx) +
       ", queue " + std::to_string(eo.queue_capacity) + ")");

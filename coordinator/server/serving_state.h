@@ -6,6 +6,7 @@
 #include <string>
 
 #include "coordinator/engine/engine.h"
+#include "coordinator/engine/layer_stats.h"
 #include "coordinator/server/request_validation.h"
 
 namespace moe::server {
@@ -15,6 +16,7 @@ struct ServingState {
   std::atomic<int> active_streams{0};  // Generate calls not yet returned
   ModelLimits limits;                  // valid once engine is set
   std::string model_name;
+  const engine::LayerStats* layers = nullptr;  // per-layer expert work; valid once engine is set
 };
 
 }  // namespace moe::server

@@ -295,6 +295,30 @@ TEST_F(Api, ConcurrentClientsAllCompleteInArrivalOrder) {
   }
 }
 
+TEST_F(Api, PerLayerStatsCountEveryRoutedExpert) {
+  const v1::GetStatsResponse before = coord_->stats();
+  const StreamResult r = run_stream(*coord_->gen, text_request("Layers, please", 5));
+  ASSERT_TRUE(r.status.ok());
+  const v1::GetStatsResponse after = coord_->stats();
+  ASSERT_GT(after.layers_size(), 0);
+  ASSERT_EQ(after.layers_size(), before.layers_size());
+  const uint64_t tokens = after.layers(0).tokens() - before.layers(0).tokens();
+  // The prompt batch plus one decode step per generated token but the last.
+  EXPECT_EQ(tokens,
+            static_cast<uint64_t>(r.finish.prompt_tokens() + r.finish.completion_tokens() - 1));
+  for (int l = 0; l < after.layers_size(); ++l) {
+    const auto& a = after.layers(l);
+    const auto& b = before.layers(l);
+    EXPECT_EQ(a.layer(), l);
+    EXPECT_EQ(a.tokens() - b.tokens(), tokens) << l;
+    // Every token of every layer goes to n_expert_used = 4 experts of this model, all on the CPU.
+    EXPECT_EQ(a.routed() - b.routed(), 4 * tokens) << l;
+    EXPECT_EQ(a.gpu_misses(), a.routed()) << l;
+    EXPECT_EQ(a.gpu_hits(), 0u) << l;
+    EXPECT_GT(a.expert_ms(), b.expert_ms()) << l;
+  }
+}
+
 TEST_F(Api, SameSeedSameText) {
   v1::GenerateRequest req = text_request("Once upon a time", 10);
   req.mutable_sampling()->set_temperature(0.8f);
@@ -338,6 +362,17 @@ TEST_F(Api, MoeCliGeneratesTokenizesAndReportsStats) {
   const auto j = nlohmann::json::parse(stats, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << stats;
   EXPECT_NE(stats.find("cpu-0"), std::string::npos) << stats;
+  const std::string table = run(cli + "stats", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(table.find("LAYER"), std::string::npos) << table;
+  // --watch without a terminal appends one snapshot per interval until stopped.
+  const std::string watched = run("timeout 0.5 " + cli + "stats --watch --interval 0.1", &rc);
+  size_t snapshots = 0;
+  for (size_t at = watched.find("model:"); at != std::string::npos;
+       at = watched.find("model:", at + 1)) {
+    ++snapshots;
+  }
+  EXPECT_GE(snapshots, 2u) << watched;
 
   // A dead address is a clear error, not a hang.
   run(kBinDir + "/moe-cli --addr 127.0.0.1:1 --timeout 2 tokenize hi 2>/dev/null", &rc);

@@ -291,6 +291,9 @@ TEST(HttpLoad, FullQueueIs429AndDrainingIs503) {
   EXPECT_NE(metrics.find("moe_time_to_first_token_seconds_count"), std::string::npos);
   EXPECT_NE(metrics.find("moe_http_requests_total"), std::string::npos);
   EXPECT_NE(metrics.find("code=\"429\""), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("moe_layer_routed_items{layer=\"0\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("moe_layer_gpu_hits{layer=\"0\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("moe_worker_up{"), std::string::npos) << metrics;
   EXPECT_TRUE(c.stop());
 }
 
