@@ -36,6 +36,12 @@ std::unique_ptr<model::RemoteExpertExecutor> WorkerPoolExperts::start(size_t i) 
   return w;
 }
 
+std::vector<pid_t> WorkerPoolExperts::worker_pids() const {
+  std::vector<pid_t> out;
+  for (const auto& w : workers_) out.push_back(w ? w->worker_pid() : 0);
+  return out;
+}
+
 void WorkerPoolExperts::fail(size_t i, const std::exception& e) {
   registry_.mark_dead(opt_.workers[i].id);
   throw WorkerUnavailable("CPU worker " + opt_.workers[i].id + ": " + e.what() +

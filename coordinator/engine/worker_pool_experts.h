@@ -49,6 +49,8 @@ class WorkerPoolExperts final : public model::ExpertExecutor {
   void ensure_ready();
 
   size_t size() const { return workers_.size(); }
+  // Each worker's pid (0 for one not running), in placement order.
+  std::vector<pid_t> worker_pids() const;
 
  private:
   std::unique_ptr<model::RemoteExpertExecutor> start(size_t i);
