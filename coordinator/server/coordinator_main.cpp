@@ -23,7 +23,9 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "common/model_prefetch.h"
 #include "common/placement/placement.h"
+#include "common/progress.h"
 #include "coordinator/chat_template/chat_template.h"
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/layer_stats.h"
@@ -64,6 +66,7 @@ struct Args {
   std::string http_host, api_key;
   size_t http_max_body = 8u << 20;
   int http_threads = 32;
+  bool prefetch = true;
 };
 
 std::atomic<bool> g_shutdown{false};
@@ -174,6 +177,13 @@ int run(const Args& a) {
     log("CPU workers ready: " + std::to_string(workers->size()));
   }
 
+  if (a.prefetch) {
+    // Read the weights into the page cache now, with progress, rather than page-faulting them in
+    // during the first requests.
+    Progress progress("loading model", gguf::tensor_data_bytes(file), Progress::Unit::Bytes);
+    gguf::prefetch_tensor_data(file, &progress, 2);
+    progress.finish();
+  }
   const auto tok = tokenizer::Tokenizer::from_gguf(file);
   std::optional<ChatTemplate> tmpl;
   if (file.find("tokenizer.chat_template") != nullptr) {
@@ -298,6 +308,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   app.add_option("--http-threads", a.http_threads, "HTTP connections served at once (32)")
       ->check(CLI::Range(2, 1024));
+  app.add_flag("!--no-prefetch", a.prefetch,
+               "do not read the weights into the page cache at start (they are then faulted in "
+               "by the first requests)");
   app.add_option("--max-rpc-threads", a.max_rpc_threads, "gRPC server threads (default 64)")
       ->check(CLI::Range(4, 4096));
   std::vector<std::string> storage;
