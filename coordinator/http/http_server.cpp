@@ -52,20 +52,6 @@ struct Collected {
   v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
 };
 
-v1::FinishReason to_proto(engine::FinishReason r) {
-  switch (r) {
-    case engine::FinishReason::Eog:
-      return v1::FINISH_REASON_EOG;
-    case engine::FinishReason::Length:
-      return v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::StopString:
-      return v1::FINISH_REASON_STOP_STRING;
-    case engine::FinishReason::Context:
-      return v1::FINISH_REASON_CONTEXT;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
-
 HttpError job_error(const engine::JobEvent& ev) {
   if (ev.error == engine::JobError::Unavailable) {
     return error(503, ev.message, "unavailable_error");
@@ -230,7 +216,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
       if (chat) c.all.append(parser.finish());
       c.prompt_tokens = ev->prompt_tokens;
       c.completion_tokens = ev->completion_tokens;
-      c.reason = to_proto(ev->reason);
+      c.reason = server::finish_reason_to_proto(ev->reason);
       break;
     }
     const std::string_view reason = finish_reason_name(c.reason, !c.all.tool_calls.empty());
@@ -290,7 +276,8 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
             return true;
           }
           if (chat) send_delta(parser->finish());
-          const std::string_view reason = finish_reason_name(to_proto(ev->reason), tools_sent > 0);
+          const std::string_view reason =
+              finish_reason_name(server::finish_reason_to_proto(ev->reason), tools_sent > 0);
           write(chat ? chat_chunk(id, created, model, chat_delta(ParsedDelta{}, first, tools_sent),
                                   reason)
                      : text_chunk(id, created, model, "", reason));

@@ -14,20 +14,6 @@ grpc::Status starting() {
   return {grpc::StatusCode::UNAVAILABLE, "the coordinator is starting or stopping"};
 }
 
-v1::FinishReason to_proto(engine::FinishReason r) {
-  switch (r) {
-    case engine::FinishReason::Eog:
-      return v1::FINISH_REASON_EOG;
-    case engine::FinishReason::Length:
-      return v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::StopString:
-      return v1::FINISH_REASON_STOP_STRING;
-    case engine::FinishReason::Context:
-      return v1::FINISH_REASON_CONTEXT;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
-
 grpc::Status to_status(const engine::JobEvent& ev) {
   switch (ev.error) {
     case engine::JobError::Cancelled:
@@ -40,7 +26,7 @@ grpc::Status to_status(const engine::JobEvent& ev) {
 }
 
 void fill_finish(const engine::JobEvent& ev, v1::Finish& f) {
-  f.set_reason(to_proto(ev.reason));
+  f.set_reason(finish_reason_to_proto(ev.reason));
   f.set_stop_string(ev.stop_string);
   f.set_prompt_tokens(static_cast<int32_t>(ev.prompt_tokens));
   f.set_completion_tokens(static_cast<int32_t>(ev.completion_tokens));

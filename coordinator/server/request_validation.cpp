@@ -210,4 +210,18 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
   return out;
 }
 
+v1::FinishReason finish_reason_to_proto(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::Eog:
+      return v1::FINISH_REASON_EOG;
+    case engine::FinishReason::Length:
+      return v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::StopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case engine::FinishReason::Context:
+      return v1::FINISH_REASON_CONTEXT;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
 }  // namespace moe::server

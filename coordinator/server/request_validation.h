@@ -43,4 +43,7 @@ std::vector<int32_t> tokenize_prompt(const std::string& text, const tokenizer::T
 
 engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLimits& m);
 
+// The other direction, shared by the gRPC and HTTP front ends: how a job ended, as the API says it.
+v1::FinishReason finish_reason_to_proto(engine::FinishReason r);
+
 }  // namespace moe::server
