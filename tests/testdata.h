@@ -22,6 +22,20 @@ inline std::filesystem::path testdata_dir() {
   return dir;
 }
 
+// The tiny qwen35moe models and goldens: MOE_TESTDATA_QWEN35MOE from the environment, else the
+// configured default; missing is a failure too.
+inline std::filesystem::path qwen35moe_testdata_dir() {
+  const char* env = std::getenv("MOE_TESTDATA_QWEN35MOE");
+  std::filesystem::path dir = (env && *env) ? env : MOE_TESTDATA_QWEN35MOE_DEFAULT;
+  if (!std::filesystem::is_directory(dir / "models") ||
+      !std::filesystem::is_directory(dir / "golden")) {
+    throw std::runtime_error("qwen35moe test data not found at '" + dir.string() +
+                             "' (set MOE_TESTDATA_QWEN35MOE to the folder holding models/ and "
+                             "golden/)");
+  }
+  return dir;
+}
+
 // Raw little-endian file of T.
 template <typename T>
 std::vector<T> read_raw(const std::filesystem::path& p) {

@@ -103,6 +103,7 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_
   }
   layers_.resize(static_cast<size_t>(cfg.n_layer));
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    if (cfg.is_recurrent(l)) continue;
     Layer& L = layers_[static_cast<size_t>(l)];
     L.k_elems = cfg.n_head_kv[static_cast<size_t>(l)] * cfg.head_dim_k;
     L.v_elems = cfg.n_head_kv[static_cast<size_t>(l)] * cfg.head_dim_v;
@@ -120,6 +121,7 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_
     L.k.resize(L.k_row_bytes * static_cast<size_t>(n_ctx));
     L.v.resize(L.v_row_bytes * static_cast<size_t>(n_ctx));
   }
+  if (!cfg.recurrent.empty()) rs_ = RecurrentState(cfg);
 }
 
 void KvCache::check_room(int64_t n) const {
@@ -136,6 +138,9 @@ void KvCache::store(int64_t layer, int64_t pos, const float* k_row, const float*
                 std::to_string(pos) + ")");
   }
   Layer& L = layers_.at(static_cast<size_t>(layer));
+  if (L.k_row_bytes == 0) {
+    throw Error("layer " + std::to_string(layer) + " is recurrent and keeps no K/V");
+  }
   encode_row(k_type_, k_row, L.k.data() + static_cast<size_t>(pos) * L.k_row_bytes, L.k_elems);
   encode_row(v_type_, v_row, L.v.data() + static_cast<size_t>(pos) * L.v_row_bytes, L.v_elems);
 }
@@ -171,6 +176,7 @@ void KvCache::read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const {
 void KvCache::advance(int64_t n) {
   check_room(n);
   n_past_ += n;
+  if (n > 0) rs_.commit();
 }
 
 }  // namespace moe::model

@@ -1,6 +1,7 @@
-// Per-sequence KV cache: for every layer, K and V rows (one row of n_head_kv * head_dim values per
-// position) stored as f32, f16, q8_0 or q4_0 (llama.cpp's -ctk/-ctv names). One object per
-// sequence, so several sequences are several caches.
+// Per-sequence state: for every attention layer, K and V rows (one row of n_head_kv * head_dim
+// values per position) stored as f32, f16, q8_0 or q4_0 (llama.cpp's -ctk/-ctv names); for every
+// recurrent layer of a hybrid model (qwen35moe), its RecurrentState. One object per sequence, so
+// several sequences are several caches.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "common/ggml_type.h"
 #include "coordinator/model/model_config.h"
+#include "coordinator/model/recurrent_state.h"
 
 namespace moe::model {
 
@@ -22,8 +24,9 @@ GgmlType kv_ggml_type(KvType t);
 
 class KvCache {
  public:
-  // Storage for n_ctx positions of every layer of `cfg`. Throws moe::Error when n_ctx < 1 or a
-  // row does not split into whole blocks of the chosen type.
+  // Storage for n_ctx positions of every attention layer of `cfg` (recurrent layers keep no K/V)
+  // and the recurrent state. Throws moe::Error when n_ctx < 1 or a row does not split into whole
+  // blocks of the chosen type.
   KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type);
 
   int64_t n_ctx() const { return n_ctx_; }
@@ -37,7 +40,8 @@ class KvCache {
   // Throws "context length N exceeded" unless n more positions fit after n_past().
   void check_room(int64_t n) const;
 
-  // Writes the K and V rows of position `pos` (converted to the cache types).
+  // Writes the K and V rows of position `pos` (converted to the cache types); throws for a
+  // recurrent layer.
   void store(int64_t layer, int64_t pos, const float* k_row, const float* v_row);
 
   // Direct f32 rows [0, n_ctx) of a layer when the type is F32, else nullptr.
@@ -47,10 +51,19 @@ class KvCache {
   void read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const;
   void read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const;
 
-  // Marks n more positions as evaluated (after a whole batch succeeded).
+  // The recurrent layers' state (read the committed buffers, write the others); throws
+  // moe::Error for a layer without one.
+  bool has_recurrent(int64_t layer) const { return rs_.has_layer(layer); }
+  RecurrentState::LayerView recurrent(int64_t layer) { return rs_.layer(layer); }
+
+  // Marks n more positions as evaluated and commits the recurrent state they wrote (after a whole
+  // batch succeeded).
   void advance(int64_t n);
-  // Forgets every position (the storage is kept).
-  void clear() { n_past_ = 0; }
+  // Forgets every position and resets the recurrent state to zero (the storage is kept).
+  void clear() {
+    n_past_ = 0;
+    rs_.reset();
+  }
 
  private:
   struct Layer {
@@ -62,6 +75,7 @@ class KvCache {
   int64_t n_past_ = 0;
   KvType k_type_, v_type_;
   std::vector<Layer> layers_;
+  RecurrentState rs_;
 };
 
 }  // namespace moe::model

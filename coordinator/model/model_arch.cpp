@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "coordinator/model/qwen35moe.h"
 #include "coordinator/model/qwen3moe.h"
 
 namespace moe::model {
@@ -12,7 +13,9 @@ std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::Th
                                              std::unique_ptr<ExpertExecutor> experts) {
   const std::string_view arch = file.require_string("general.architecture");
   if (arch == "qwen3moe") return std::make_unique<Qwen3Moe>(file, pool, std::move(experts));
-  throw Error("unsupported model architecture '" + std::string(arch) + "' (supported: qwen3moe)");
+  if (arch == "qwen35moe") return std::make_unique<Qwen35Moe>(file, pool, std::move(experts));
+  throw Error("unsupported model architecture '" + std::string(arch) +
+              "' (supported: qwen3moe, qwen35moe)");
 }
 
 }  // namespace moe::model

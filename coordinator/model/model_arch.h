@@ -30,6 +30,9 @@ struct LayerTrace {
   const int32_t* experts = nullptr;      // [n_tokens, n_expert_used], descending probability
   const float* weights = nullptr;        // [n_tokens, n_expert_used], renormalized
   const float* l_out = nullptr;          // [n_tokens, n_embd] residual stream after the layer
+  // [n_tokens, n_embd] residual stream after the mixer (attention / DeltaNet), before the FFN;
+  // null where the architecture does not keep it (qwen3moe).
+  const float* attn_residual = nullptr;
 };
 
 // Optional test and tooling hooks; empty functions cost nothing.
@@ -49,14 +52,15 @@ class ModelArch {
   virtual std::string_view name() const = 0;
   virtual const ModelConfig& config() const = 0;
 
-  // Evaluates `tokens` as one batch at positions cache.n_past() onwards, appending their K/V to
-  // `cache`. One call at a time per ModelArch (it owns the scratch buffers and the thread pool).
-  // Writes logits [n_tokens, n_vocab] (All) or [1, n_vocab] of the last token (Last). Throws
-  // moe::Error (cache unchanged) on a bad token id or when the context would overflow.
+  // Evaluates `tokens` as one batch at positions cache.n_past() onwards, appending their K/V (and
+  // advancing the recurrent state) in `cache`. One call at a time per ModelArch (it owns the
+  // scratch buffers and the thread pool). Writes logits [n_tokens, n_vocab] (All) or [1, n_vocab]
+  // of the last token (Last). Throws moe::Error (cache unchanged) on a bad token id or when the
+  // context would overflow; a cache is left as it was by any forward that throws.
   virtual void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
                        float* logits, const ForwardHooks* hooks = nullptr) = 0;
 
-  // A KV cache for one sequence of this model.
+  // The sequence state (KV cache, and recurrent state for hybrid models) of one sequence.
   KvCache make_cache(int64_t n_ctx, KvType k_type, KvType v_type) const {
     return KvCache(config(), n_ctx, k_type, v_type);
   }

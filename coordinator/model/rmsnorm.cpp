@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "coordinator/model/activations.h"
+
 namespace moe::model {
 
 void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
@@ -14,6 +16,12 @@ void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int6
     const float scale = 1.0f / std::sqrt(mean + eps);
     for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * w[i];
   }
+}
+
+void rmsnorm_gated_rows(const float* x, const float* w, const float* z, float* y, int64_t n_rows,
+                        int64_t n, float eps) {
+  rmsnorm_rows(x, w, y, n_rows, n, eps);
+  for (int64_t i = 0; i < n_rows * n; ++i) y[i] *= silu(z[i]);
 }
 
 }  // namespace moe::model

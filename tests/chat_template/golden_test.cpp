@@ -40,16 +40,7 @@ std::string diff_location(const std::string& want, const std::string& got) {
          "\n  actual:   " + ordered_json(got.substr(from, 100)).dump();
 }
 
-fs::path qwen35_dir() {
-  const char* env = std::getenv("MOE_TESTDATA_QWEN35");
-  fs::path dir = (env && *env) ? fs::path(env)
-                               : moe::test::testdata_dir().parent_path() / "testdata-qwen35moe";
-  if (!fs::is_directory(dir / "models")) {
-    throw std::runtime_error("qwen35moe test data not found at '" + dir.string() +
-                             "' (set MOE_TESTDATA_QWEN35)");
-  }
-  return dir;
-}
+fs::path qwen35_dir() { return moe::test::qwen35moe_testdata_dir(); }
 
 std::string template_of(const fs::path& gguf_path) {
   const auto f = gguf::GgufFile::open(gguf_path.string());

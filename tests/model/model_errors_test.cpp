@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/gguf.h"
 #include "coordinator/model/model_arch.h"
+#include "tests/model/gguf_rewrite.h"
 #include "tests/model/synth_model.h"
 #include "tests/testdata.h"
 
@@ -88,6 +89,81 @@ TEST(ModelErrors, TiedOutputLoads) {
   moe::test::SynthSpec s;
   s.tied = true;
   EXPECT_EQ(load_error(s, "tied"), "");
+}
+
+// ---- qwen35moe: the tiny F16 model rewritten with one defect ----
+
+std::string qwen35_error(const moe::test::GgufEdit& e, const std::string& tag) {
+  const std::string src =
+      (moe::test::qwen35moe_testdata_dir() / "models" / "tiny-qwen35moe-sv-F16.gguf").string();
+  const std::string path = tmp_path("q35_" + tag);
+  moe::test::rewrite_gguf(src, path, e);
+  std::string err;
+  try {
+    const auto file = moe::gguf::GgufFile::open(path);
+    moe::cpu::ThreadPool pool(1);
+    auto model = create_model_arch(file, pool);
+  } catch (const moe::Error& ex) {
+    err = ex.what();
+  }
+  fs::remove(path);
+  return err;
+}
+
+moe::test::GgufEdit drop_tensor(const std::string& name) {
+  moe::test::GgufEdit e;
+  e.mutate = [name](const std::string& n, GgmlType&, std::vector<int64_t>&, bool& skip) {
+    skip = n == name;
+  };
+  return e;
+}
+
+moe::test::GgufEdit drop_key(const std::string& key) {
+  moe::test::GgufEdit e;
+  e.drop_key = [key](const std::string& k) { return k == key; };
+  return e;
+}
+
+TEST(ModelErrors, Qwen35MoeLoadsAndNamesDefects) {
+  EXPECT_EQ(qwen35_error({}, "ok"), "");
+  for (const char* t : {"blk.1.ssm_a", "blk.2.ssm_conv1d.weight", "blk.0.ffn_gate_inp_shexp.weight",
+                        "blk.3.attn_q_norm.weight", "blk.1.ffn_down_exps.weight"}) {
+    const std::string err = qwen35_error(drop_tensor(t), "missing");
+    EXPECT_NE(err.find(std::string(t) + ": required tensor is missing"), std::string::npos) << err;
+  }
+  moe::test::GgufEdit conv;
+  conv.mutate = [](const std::string& n, GgmlType&, std::vector<int64_t>& ne, bool&) {
+    if (n == "blk.0.ssm_conv1d.weight") ne = {3, 1024};
+  };
+  EXPECT_EQ(qwen35_error(conv, "conv"),
+            "blk.0.ssm_conv1d.weight: expected shape 4x1024, found 3x1024");
+  // attn_q without the per-head output-gate rows.
+  moe::test::GgufEdit q;
+  q.mutate = [](const std::string& n, GgmlType&, std::vector<int64_t>& ne, bool&) {
+    if (n == "blk.3.attn_q.weight") ne = {256, 256};
+  };
+  EXPECT_EQ(qwen35_error(q, "q"), "blk.3.attn_q.weight: expected shape 256x512, found 256x256");
+  for (const char* k :
+       {"qwen35moe.ssm.state_size", "qwen35moe.ssm.conv_kernel", "qwen35moe.ssm.group_count",
+        "qwen35moe.rope.dimension_sections", "qwen35moe.expert_shared_feed_forward_length"}) {
+    const std::string err = qwen35_error(drop_key(k), "key");
+    EXPECT_NE(err.find(k), std::string::npos) << err;
+  }
+  moe::test::GgufEdit nextn;
+  nextn.add_keys = [](moe::gguf::GgufWriter& w) { w.set_u32("qwen35moe.nextn_predict_layers", 4); };
+  EXPECT_NE(qwen35_error(nextn, "nextn").find("qwen35moe.nextn_predict_layers"), std::string::npos);
+  moe::test::GgufEdit heads;  // 8 value heads are not a multiple of 3 key heads
+  heads.drop_key = [](const std::string& k) { return k == "qwen35moe.ssm.group_count"; };
+  heads.add_keys = [](moe::gguf::GgufWriter& w) { w.set_u32("qwen35moe.ssm.group_count", 3); };
+  EXPECT_NE(qwen35_error(heads, "heads").find("qwen35moe.ssm.time_step_rank"), std::string::npos);
+  // A different layer pattern asks for the tensors of the other layer kind.
+  moe::test::GgufEdit interval;
+  interval.drop_key = [](const std::string& k) { return k == "qwen35moe.full_attention_interval"; };
+  interval.add_keys = [](moe::gguf::GgufWriter& w) {
+    w.set_u32("qwen35moe.full_attention_interval", 2);
+  };
+  EXPECT_EQ(qwen35_error(interval, "interval"),
+            "blk.1.attn_q.weight: required tensor is missing (expected shape 256x512)");
 }
 
 // ---- moe-run ----

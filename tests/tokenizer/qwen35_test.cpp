@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/testdata.h"
 #include "tests/tokenizer/tokenizer_testing.h"
 
 namespace {
@@ -13,16 +14,7 @@ namespace {
 namespace fs = std::filesystem;
 using moe::test::ids_str;
 
-fs::path qwen35_dir() {
-  const char* env = std::getenv("MOE_TESTDATA_QWEN35");
-  fs::path dir = (env && *env) ? fs::path(env)
-                               : moe::test::testdata_dir().parent_path() / "testdata-qwen35moe";
-  if (!fs::is_directory(dir / "models")) {
-    throw std::runtime_error("qwen35moe test data not found at '" + dir.string() +
-                             "' (set MOE_TESTDATA_QWEN35)");
-  }
-  return dir;
-}
+fs::path qwen35_dir() { return moe::test::qwen35moe_testdata_dir(); }
 
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

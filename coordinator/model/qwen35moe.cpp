@@ -1,0 +1,297 @@
+#include "coordinator/model/qwen35moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "coordinator/model/activations.h"
+#include "coordinator/model/causal_conv.h"
+#include "coordinator/model/gated_delta_net.h"
+#include "coordinator/model/l2norm.h"
+#include "coordinator/model/rmsnorm.h"
+#include "coordinator/model/rope.h"
+#include "coordinator/model/router.h"
+#include "coordinator/model/tensor_table.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dequant.h"
+
+namespace moe::model {
+namespace {
+
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+}  // namespace
+
+Qwen35Moe::Qwen35Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
+                     std::unique_ptr<ExpertExecutor> experts)
+    : cfg_(ModelConfig::from_gguf(f)), pool_(pool), isa_(cpu::best_isa()) {
+  if (cfg_.arch != "qwen35moe") {
+    throw Error("Qwen35Moe: the file's architecture is '" + cfg_.arch + "'");
+  }
+  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+  const int64_t X = cfg_.n_expert, F = cfg_.n_ff_exp, FS = cfg_.n_ff_shexp;
+  const int64_t C = cfg_.ssm_conv_channels(), KC = cfg_.ssm_conv_kernel;
+  const int64_t NV = cfg_.ssm_n_v_heads, DV = cfg_.ssm_head_v(), DI = cfg_.ssm_inner;
+  tok_embd_ = &require_tensor(f, "token_embd.weight", {E, V});
+  tok_row_bytes_ =
+      static_cast<size_t>(*ggml_row_bytes(tok_embd_->type(), static_cast<uint64_t>(E)));
+  output_norm_ = vector_f32(require_tensor(f, "output_norm.weight", {E}));
+  // Without output.weight the head is tied to the token embedding.
+  const gguf::TensorInfo* out = optional_tensor(f, "output.weight", {E, V});
+  output_ = weight_matrix(out ? *out : *tok_embd_);
+
+  std::vector<ExpertLayerTensors> expert_tensors;
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer L;
+    L.recurrent = cfg_.is_recurrent(l);
+    L.attn_norm = vector_f32(require_tensor(f, p + "attn_norm.weight", {E}));
+    L.post_norm = vector_f32(require_tensor(f, p + "post_attention_norm.weight", {E}));
+    if (L.recurrent) {
+      L.wqkv = weight_matrix(require_tensor(f, p + "attn_qkv.weight", {E, C}));
+      L.wz = weight_matrix(require_tensor(f, p + "attn_gate.weight", {E, DI}));
+      L.wbeta = weight_matrix(require_tensor(f, p + "ssm_beta.weight", {E, NV}));
+      L.walpha = weight_matrix(require_tensor(f, p + "ssm_alpha.weight", {E, NV}));
+      L.wssm_out = weight_matrix(require_tensor(f, p + "ssm_out.weight", {DI, E}));
+      // The file stores [channels][taps]; tap-major rows let the conv run over channels.
+      const std::vector<float> conv =
+          vector_f32(require_tensor(f, p + "ssm_conv1d.weight", {KC, C}));
+      L.conv_w.resize(conv.size());
+      for (int64_t c = 0; c < C; ++c) {
+        for (int64_t i = 0; i < KC; ++i) {
+          L.conv_w[static_cast<size_t>(i * C + c)] = conv[static_cast<size_t>(c * KC + i)];
+        }
+      }
+      L.dt_bias = vector_f32(require_tensor(f, p + "ssm_dt.bias", {NV}));
+      L.ssm_a = vector_f32(require_tensor(f, p + "ssm_a", {NV}));
+      L.ssm_norm = vector_f32(require_tensor(f, p + "ssm_norm.weight", {DV}));
+    } else {
+      L.n_head = cfg_.n_head[static_cast<size_t>(l)];
+      L.n_head_kv = cfg_.n_head_kv[static_cast<size_t>(l)];
+      // Per head: head_dim query rows, then head_dim output-gate rows.
+      L.wq = weight_matrix(require_tensor(f, p + "attn_q.weight", {E, L.n_head * hk * 2}));
+      L.wk = weight_matrix(require_tensor(f, p + "attn_k.weight", {E, L.n_head_kv * hk}));
+      L.wv = weight_matrix(require_tensor(f, p + "attn_v.weight", {E, L.n_head_kv * hv}));
+      L.wo = weight_matrix(require_tensor(f, p + "attn_output.weight", {L.n_head * hv, E}));
+      L.q_norm = vector_f32(require_tensor(f, p + "attn_q_norm.weight", {hk}));
+      L.k_norm = vector_f32(require_tensor(f, p + "attn_k_norm.weight", {hk}));
+    }
+    L.router = weight_matrix(require_tensor(f, p + "ffn_gate_inp.weight", {E, X}));
+    L.sh_gate_inp = weight_matrix(require_tensor(f, p + "ffn_gate_inp_shexp.weight", {E}));
+    L.sh_gate = weight_matrix(require_tensor(f, p + "ffn_gate_shexp.weight", {E, FS}));
+    L.sh_up = weight_matrix(require_tensor(f, p + "ffn_up_shexp.weight", {E, FS}));
+    L.sh_down = weight_matrix(require_tensor(f, p + "ffn_down_shexp.weight", {FS, E}));
+    // Checked here even when another executor computes them: a broken file fails at load.
+    expert_tensors.push_back(require_expert_tensors(f, l, E, F, X));
+    layers_.push_back(std::move(L));
+  }
+  experts_ = experts ? std::move(experts)
+                     : std::make_unique<CpuExpertExecutor>(std::move(expert_tensors), E, F, X,
+                                                           pool_, isa_);
+}
+
+void Qwen35Moe::ensure_scratch(int64_t n) {
+  const int64_t E = cfg_.n_embd, C = cfg_.ssm_conv_channels(), DI = cfg_.ssm_inner;
+  const int64_t NV = cfg_.ssm_n_v_heads, hd = std::max(cfg_.head_dim_k, cfg_.head_dim_v);
+  const int64_t H = cfg_.max_n_head(), HK = cfg_.max_n_head_kv();
+  const int64_t X = cfg_.n_expert, K = cfg_.n_expert_used;
+  for (auto* b : {&x_, &h_, &xn_, &mix_, &moe_out_, &sh_out_}) grow(*b, n * E);
+  grow(qkv_, n * C);
+  grow(conv_, n * C);
+  grow(z_, n * DI);
+  grow(ssm_o_, n * DI);
+  grow(beta_, n * NV);
+  grow(gate_, n * NV);
+  grow(qg_, n * H * hd * 2);
+  for (auto* b : {&q_, &ogate_, &attn_}) grow(*b, n * H * hd);
+  grow(k_, n * HK * hd);
+  grow(v_, n * HK * hd);
+  grow(rope_cs_, cfg_.n_rot);
+  grow(rlogits_, n * X);
+  grow(rprobs_, n * X);
+  grow(rweights_, n * K);
+  grow(rids_, n * K);
+  grow(forced_, K);
+  grow(items_, n * K);
+  grow(sh_g_, n * cfg_.n_ff_shexp);
+  grow(sh_u_, n * cfg_.n_ff_shexp);
+  grow(sh_s_, n);
+}
+
+void Qwen35Moe::delta_net_layer(const Layer& L, int64_t l, int64_t n, KvCache& cache) {
+  const int64_t C = cfg_.ssm_conv_channels(), NK = cfg_.ssm_n_k_heads, NV = cfg_.ssm_n_v_heads;
+  const int64_t DK = cfg_.ssm_head_k, DV = cfg_.ssm_head_v();
+  cpu::matmul(L.wqkv, xn_.data(), n, qkv_.data(), pool_, mm_, isa_);
+  cpu::matmul(L.wz, xn_.data(), n, z_.data(), pool_, mm_, isa_);
+  cpu::matmul(L.wbeta, xn_.data(), n, beta_.data(), pool_, mm_, isa_);
+  cpu::matmul(L.walpha, xn_.data(), n, gate_.data(), pool_, mm_, isa_);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < NV; ++h) {
+      const auto i = static_cast<size_t>(t * NV + h), hi = static_cast<size_t>(h);
+      beta_[i] = sigmoid(beta_[i]);
+      // ssm_a = -exp(A_log) < 0, so g <= 0 and the decay exp(g) is at most 1.
+      gate_[i] = L.ssm_a[hi] * softplus(gate_[i] + L.dt_bias[hi]);
+    }
+  }
+  const RecurrentState::LayerView st = cache.recurrent(l);
+  causal_conv1d({C, cfg_.ssm_conv_kernel}, qkv_.data(), n, L.conv_w.data(), st.conv_in, st.conv_out,
+                conv_.data(), /*silu=*/true, pool_);
+  // q and k heads sit side by side at the start of every conv row.
+  for (int64_t t = 0; t < n; ++t) l2norm_rows(conv_.data() + t * C, 2 * NK, DK, cfg_.rms_eps);
+  const float* q = conv_.data();
+  gated_delta_net({NK, NV, DK, DV}, q, q + NK * DK, q + 2 * NK * DK, C, gate_.data(), beta_.data(),
+                  n, st.ssm_in, st.ssm_out, ssm_o_.data(), pool_);
+  rmsnorm_gated_rows(ssm_o_.data(), L.ssm_norm.data(), z_.data(), ssm_o_.data(), n * NV, DV,
+                     cfg_.rms_eps);
+  cpu::matmul(L.wssm_out, ssm_o_.data(), n, mix_.data(), pool_, mm_, isa_);
+}
+
+void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0,
+                                KvCache& cache) {
+  const int64_t hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+  const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
+  cpu::matmul(L.wq, xn_.data(), n, qg_.data(), pool_, mm_, isa_);
+  cpu::matmul(L.wk, xn_.data(), n, k_.data(), pool_, mm_, isa_);
+  cpu::matmul(L.wv, xn_.data(), n, v_.data(), pool_, mm_, isa_);
+  // attn_q's rows are [query head h | gate head h] per head.
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < L.n_head; ++h) {
+      const float* src = qg_.data() + t * 2 * qw + h * 2 * hk;
+      std::memcpy(q_.data() + t * qw + h * hk, src, static_cast<size_t>(hk) * sizeof(float));
+      std::memcpy(ogate_.data() + t * qw + h * hk, src + hk,
+                  static_cast<size_t>(hk) * sizeof(float));
+    }
+  }
+  rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
+  rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);
+  for (int64_t i = 0; i < n; ++i) {
+    rope_angles_imrope(pos0 + i, cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_sections.data(),
+                       rope_cs_.data());
+    rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
+    rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
+    cache.store(l, pos0 + i, k_.data() + i * kw, v_.data() + i * vw);
+  }
+  const AttentionShape shape{L.n_head, L.n_head_kv, hk, hv,
+                             1.0f / std::sqrt(static_cast<float>(hk))};
+  attention(shape, q_.data(), n, pos0, cache, l, attn_.data(), pool_, attn_scratch_);
+  for (int64_t i = 0; i < n * qw; ++i) {
+    attn_[static_cast<size_t>(i)] *= sigmoid(ogate_[static_cast<size_t>(i)]);
+  }
+  cpu::matmul(L.wo, attn_.data(), n, mix_.data(), pool_, mm_, isa_);
+}
+
+void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const ForwardHooks* hooks) {
+  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, FS = cfg_.n_ff_shexp;
+  // The router runs in f32 (F32 weights take F32 activations).
+  cpu::matmul(L.router, xn_.data(), n, rlogits_.data(), pool_, mm_, isa_);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool forced =
+        hooks && hooks->force_experts && hooks->force_experts(l, pos0 + i, forced_.data());
+    route_token(rlogits_.data() + i * X, X, K, forced ? forced_.data() : nullptr,
+                rprobs_.data() + i * X, rids_.data() + i * K, rweights_.data() + i * K);
+    for (int64_t j = 0; j < K; ++j) {
+      const auto ij = static_cast<size_t>(i * K + j);
+      items_[ij] = {static_cast<int32_t>(i), rids_[ij], rweights_[ij]};
+    }
+  }
+  experts_->run(l, xn_.data(), n,
+                std::span<const ExpertItem>(items_.data(), static_cast<size_t>(n * K)),
+                moe_out_.data());
+
+  // Shared expert, scaled per token by sigmoid(w_gate_inp_shexp · m).
+  cpu::matmul(L.sh_gate, xn_.data(), n, sh_g_.data(), pool_, mm_, isa_);
+  cpu::matmul(L.sh_up, xn_.data(), n, sh_u_.data(), pool_, mm_, isa_);
+  for (int64_t i = 0; i < n * FS; ++i) {
+    const auto ii = static_cast<size_t>(i);
+    sh_g_[ii] = silu(sh_g_[ii]) * sh_u_[ii];
+  }
+  cpu::matmul(L.sh_down, sh_g_.data(), n, sh_out_.data(), pool_, mm_, isa_);
+  cpu::matmul(L.sh_gate_inp, xn_.data(), n, sh_s_.data(), pool_, mm_, isa_);
+  for (int64_t t = 0; t < n; ++t) {
+    const float s = sigmoid(sh_s_[static_cast<size_t>(t)]);
+    const float* h = h_.data() + t * E;
+    const float* m = moe_out_.data() + t * E;
+    const float* sh = sh_out_.data() + t * E;
+    float* x = x_.data() + t * E;
+    // llama.cpp's order: (routed + shared) + residual.
+    for (int64_t d = 0; d < E; ++d) x[d] = (m[d] + sh[d] * s) + h[d];
+  }
+}
+
+void Qwen35Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
+                        float* logits, const ForwardHooks* hooks) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw Error("forward: empty batch");
+  cache.check_room(n);
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= cfg_.n_vocab) {
+      throw Error("token id " + std::to_string(t) + " out of range [0, " +
+                  std::to_string(cfg_.n_vocab) + ")");
+    }
+  }
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    if (cfg_.is_recurrent(l) && !cache.has_recurrent(l)) {
+      throw Error("forward: the cache has no recurrent state for layer " + std::to_string(l) +
+                  " (made for another model?)");
+    }
+  }
+  const int64_t pos0 = cache.n_past();
+  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used;
+  ensure_scratch(n);
+
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::dequantize_row(
+        tok_embd_->type(),
+        tok_embd_->data + static_cast<size_t>(tokens[static_cast<size_t>(i)]) * tok_row_bytes_,
+        x_.data() + i * E, E);
+  }
+
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    if (L.recurrent) {
+      delta_net_layer(L, l, n, cache);
+    } else {
+      attention_layer(L, l, n, pos0, cache);
+    }
+    for (int64_t i = 0; i < n * E; ++i) {
+      const auto ii = static_cast<size_t>(i);
+      h_[ii] = x_[ii] + mix_[ii];
+    }
+    rmsnorm_rows(h_.data(), L.post_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    ffn(L, l, n, pos0, hooks);
+
+    if (hooks && hooks->observe_layer) {
+      LayerTrace tr;
+      tr.layer = l;
+      tr.pos0 = pos0;
+      tr.n_tokens = n;
+      tr.n_expert = X;
+      tr.n_expert_used = K;
+      tr.n_embd = E;
+      tr.router_logits = rlogits_.data();
+      tr.router_probs = rprobs_.data();
+      tr.experts = rids_.data();
+      tr.weights = rweights_.data();
+      tr.l_out = x_.data();
+      tr.attn_residual = h_.data();
+      hooks->observe_layer(tr);
+    }
+  }
+
+  // Output head: only the rows whose logits were asked for.
+  const int64_t first = mode == LogitsMode::All ? 0 : n - 1;
+  const int64_t rows = n - first;
+  rmsnorm_rows(x_.data() + first * E, output_norm_.data(), xn_.data(), rows, E, cfg_.rms_eps);
+  cpu::matmul(output_, xn_.data(), rows, logits, pool_, mm_, isa_);
+  // Only now does the batch become part of the sequence (K/V positions and recurrent state).
+  cache.advance(n);
+}
+
+}  // namespace moe::model

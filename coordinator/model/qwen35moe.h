@@ -1,0 +1,72 @@
+// qwen35moe (Qwen3.5 / Qwen3.6-35B-A3B, formats.md §4b): a hybrid of gated DeltaNet layers (causal
+// conv1d, L2-normalised q/k, the delta-rule recurrence, a gated RMSNorm) and every
+// full_attention_interval-th layer a gated full-attention layer (q and an output gate interleaved
+// per head, partial IMROPE); every layer ends in softmax-gated top-k routed experts plus a shared
+// expert scaled by a per-token sigmoid gate. MTP blocks after the main layers are ignored.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "coordinator/model/attention.h"
+#include "coordinator/model/cpu_expert_executor.h"
+#include "coordinator/model/model_arch.h"
+#include "kernels/cpu/matmul.h"
+
+namespace moe::model {
+
+class Qwen35Moe final : public ModelArch {
+ public:
+  // `experts`: who computes the routed experts; null = a CpuExpertExecutor on `pool`.
+  Qwen35Moe(const gguf::GgufFile& file, cpu::ThreadPool& pool,
+            std::unique_ptr<ExpertExecutor> experts = nullptr);
+
+  std::string_view name() const override { return "qwen35moe"; }
+  const ModelConfig& config() const override { return cfg_; }
+  void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode, float* logits,
+               const ForwardHooks* hooks) override;
+
+ private:
+  struct Layer {
+    bool recurrent = false;
+    std::vector<float> attn_norm, post_norm;
+    // Gated DeltaNet.
+    cpu::WeightMatrix wqkv, wz, wbeta, walpha, wssm_out;
+    std::vector<float> conv_w;  // [kernel][channels], tap-major (transposed from the file)
+    std::vector<float> dt_bias, ssm_a, ssm_norm;
+    // Full attention.
+    cpu::WeightMatrix wq, wk, wv, wo;
+    std::vector<float> q_norm, k_norm;
+    int64_t n_head = 0, n_head_kv = 0;
+    // FFN: router and shared expert (routed experts live in the executor).
+    cpu::WeightMatrix router, sh_gate, sh_up, sh_down, sh_gate_inp;
+  };
+  void ensure_scratch(int64_t n_tokens);
+  // Mixer of layer l on xn_ (n tokens), output in mix_.
+  void delta_net_layer(const Layer& L, int64_t l, int64_t n, KvCache& cache);
+  void attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0, KvCache& cache);
+  // Routed + shared experts on xn_ (normalised h_); x_ = h_ + both.
+  void ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const ForwardHooks* hooks);
+
+  ModelConfig cfg_;
+  cpu::ThreadPool& pool_;
+  cpu::Isa isa_;
+  const gguf::TensorInfo* tok_embd_ = nullptr;
+  size_t tok_row_bytes_ = 0;
+  std::vector<float> output_norm_;
+  cpu::WeightMatrix output_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<ExpertExecutor> experts_;
+
+  // Grow-only scratch: steady-state decoding allocates nothing.
+  cpu::MatmulScratch mm_;
+  AttentionScratch attn_scratch_;
+  std::vector<float> x_, h_, xn_, mix_;
+  std::vector<float> qkv_, conv_, z_, beta_, gate_, ssm_o_;     // DeltaNet
+  std::vector<float> qg_, q_, ogate_, k_, v_, attn_, rope_cs_;  // attention
+  std::vector<float> rlogits_, rprobs_, rweights_, moe_out_, sh_g_, sh_u_, sh_out_, sh_s_;
+  std::vector<int32_t> rids_, forced_;
+  std::vector<ExpertItem> items_;
+};
+
+}  // namespace moe::model
