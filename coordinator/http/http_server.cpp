@@ -3,20 +3,36 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "coordinator/http/openai_request.h"
 #include "coordinator/http/openai_response.h"
 #include "coordinator/http/qwen_output_parser.h"
 #include "coordinator/server/request_validation.h"
+#include "coordinator/tokenizer/tokenizer.h"
 
 namespace moe::http {
 
 namespace {
+
+// Qwen3.5/3.6 templates open the reasoning block in the prompt ("<think>\n" at its end), so the
+// reply starts inside it; Qwen3's templates leave it to the model.
+bool prompt_opens_reasoning(const std::vector<int32_t>& prompt, const tokenizer::Tokenizer* tok) {
+  if (tok == nullptr || prompt.empty()) return false;
+  const size_t n = std::min<size_t>(prompt.size(), 4);
+  std::string tail = tok->decode(std::span<const int32_t>(prompt.data() + prompt.size() - n, n),
+                                 /*remove_special=*/false, /*unparse_special=*/true);
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  return tail.size() >= 7 && tail.compare(tail.size() - 7, 7, "<think>") == 0;
+}
 
 using json = nlohmann::ordered_json;
 constexpr std::chrono::milliseconds kPoll{20};
@@ -192,12 +208,14 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
       return;
   }
   const std::string id = request_id(chat ? "chatcmpl-" : "cmpl-");
+  const bool reasoning_started =
+      chat && prompt_opens_reasoning(job->request().prompt, state_.limits.tok);
   const int64_t created = unix_now();
   const std::string model = opts.model.empty() ? opt_.model_id : opts.model;
 
   if (!opts.stream) {
     Collected c;
-    QwenOutputParser parser(false, id);
+    QwenOutputParser parser(reasoning_started, id);
     for (;;) {
       std::optional<engine::JobEvent> ev = job->wait_event(kPoll);
       if (!ev) continue;
@@ -229,7 +247,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
 
   // Streaming: one SSE event per delta, then the finish chunk, usage if asked, and [DONE].
   res.set_header("Cache-Control", "no-cache");
-  auto parser = std::make_shared<QwenOutputParser>(false, id);
+  auto parser = std::make_shared<QwenOutputParser>(reasoning_started, id);
   res.set_chunked_content_provider(
       "text/event-stream",
       [job, parser, chat, id, created, model, opts](size_t, httplib::DataSink& sink) {

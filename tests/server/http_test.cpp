@@ -297,5 +297,24 @@ TEST(HttpLoad, FullQueueIs429AndDrainingIs503) {
   EXPECT_TRUE(c.stop());
 }
 
+// Qwen3.5/3.6: the template ends the prompt inside "<think>\n", so the reply is reasoning until
+// the model writes "</think>" (the random tiny model never does in a few tokens). Also runs a
+// qwen35moe model through the whole server: coordinator, CPU worker process, HTTP.
+TEST(HttpQwen35, ReplyStartsInsideTheReasoningBlock) {
+  const std::string model =
+      (qwen35moe_testdata_dir() / "models/tiny-qwen35moe-sv-Q8_0.gguf").string();
+  Coordinator c(model, {"-c", "512", "--http-port", "0"});
+  const std::string base = "http://" + c.http_addr();
+  const HttpReply r = curl("POST", base + "/v1/chat/completions", chat_body("Hello!", 8, false));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json msg = json::parse(r.body)["choices"][0]["message"];
+  const std::string reasoning = msg.value("reasoning_content", std::string());
+  EXPECT_FALSE(reasoning.empty()) << r.body;
+  EXPECT_TRUE(!msg.contains("content") || msg["content"].is_null() ||
+              msg["content"].get<std::string>().empty())
+      << r.body;
+  EXPECT_TRUE(c.stop());
+}
+
 }  // namespace
 }  // namespace moe::test
