@@ -1,0 +1,560 @@
+// KV cache stores and causal GQA attention (flash-decoding style).
+//
+// Attention: a block owns one KV head and 8 queries (query = (token, query head of that KV head),
+// one warp each), and walks a range of cache positions in tiles that are decoded to f32 in shared
+// memory once for all 8 queries. Each warp keeps an online softmax (running max m, sum l,
+// unnormalized output acc). When the (query block × KV head) grid is too small to fill the GPU
+// (decode), the positions are split into ranges over grid.z and a merge kernel combines the
+// partial (m, l, acc) of each query.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dequant_device.cuh"
+#include "kernels/cuda/launch_util.cuh"
+
+namespace moe::cuda {
+namespace {
+
+enum KvCode : int { kKvF32 = 0, kKvF16 = 1, kKvQ8_0 = 2 };
+
+constexpr int kAttnWarps = 8;  // queries per block
+constexpr int kMaxHeadDim = 256;
+constexpr int kMinSplitPositions = 64;
+constexpr int kMaxSplits = 256;
+constexpr int kSplitAlign = 32;  // split lengths are whole tiles for every tile size
+
+// ---- KV store -----------------------------------------------------------------------------------
+
+// F32 / F16 rows: one thread per element.
+__global__ void kv_store_plain_kernel(uint8_t* base, size_t row_bytes, int code, int64_t elems,
+                                      const float* __restrict__ src, int64_t n_tokens,
+                                      int64_t pos0) {
+  for (int64_t i = grid_index(); i < n_tokens * elems; i += grid_stride()) {
+    const int64_t t = i / elems, e = i % elems;
+    uint8_t* row = base + (pos0 + t) * static_cast<int64_t>(row_bytes);
+    if (code == kKvF32) {
+      reinterpret_cast<float*>(row)[e] = src[i];
+    } else {
+      reinterpret_cast<__half*>(row)[e] = __float2half_rn(src[i]);
+    }
+  }
+}
+
+// Q8_0 rows: one warp per block of 32, as quantize_row_q8_0_ref (d = amax / 127, q = roundf(x *
+// (1/d))), so the bytes equal the CPU cache's.
+__global__ void kv_store_q8_0_kernel(uint8_t* base, size_t row_bytes, int64_t elems,
+                                     const float* __restrict__ src, int64_t n_tokens,
+                                     int64_t pos0) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t blocks_per_row = elems / 32;
+  const int64_t n_blocks = n_tokens * blocks_per_row;
+  for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
+    const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
+    const float x = src[t * elems + b * 32 + lane];
+    float amax = fabsf(x);
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, m));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t* blk = base + (pos0 + t) * static_cast<int64_t>(row_bytes) + b * 34;
+    blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x * id)));
+    if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
+  }
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+struct AttnArgs {
+  const uint8_t* k;
+  const uint8_t* v;
+  size_t k_row_bytes, v_row_bytes;
+  int k_code, v_code;
+  const float* q;
+  int64_t q_stride;
+  float* out;
+  int64_t n_tokens, pos0;
+  int n_head, group, hd_k, hd_v;
+  float scale;
+  int64_t split_len;  // positions per grid.z slice
+  int n_split;
+  float* part_acc;  // [n_split][n_tokens * n_head][hd_v] when n_split > 1
+  float* part_ml;   // [n_split][n_tokens * n_head][2]: running max, sum
+};
+
+// Element idx of a cache row, decoded exactly as the CPU's dequantize_row.
+template <int kCode>
+__device__ __forceinline__ float kv_value(const uint8_t* row, int64_t idx) {
+  if constexpr (kCode == kKvF32) {
+    return reinterpret_cast<const float*>(row)[idx];
+  } else if constexpr (kCode == kKvF16) {
+    return dq::ld_f16(row + 2 * idx);
+  } else {
+    const uint8_t* b = row + (idx / 32) * 34;
+    return dq::int8_to_float(dq::ld_u8(b + 2 + idx % 32)) * dq::ld_f16(b);
+  }
+}
+
+// Rows p0 + warp + 8 rr (rr < RR) of one side of the cache, dims lane + 32 i of the head at
+// element `off`, into registers; zeros past p_end (never read: rows there may be unwritten) and
+// past hd.
+template <int kCode, int RR, int DPL>
+__device__ __forceinline__ void load_rows_t(const uint8_t* base, size_t row_bytes, int64_t off,
+                                            int hd, int64_t p0, int64_t p_end, int warp, int lane,
+                                            float (&reg)[RR][DPL]) {
+#pragma unroll
+  for (int rr = 0; rr < RR; ++rr) {
+    const int64_t pos = p0 + warp + kAttnWarps * rr;
+    const bool valid = pos < p_end;
+    const uint8_t* row = base + (valid ? pos : 0) * static_cast<int64_t>(row_bytes);
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = lane + 32 * i;
+      reg[rr][i] = valid && d < hd ? kv_value<kCode>(row, off + d) : 0.0f;
+    }
+  }
+}
+
+// The cache type switch sits outside the unrolled loads (one uniform branch per tile).
+template <int RR, int DPL>
+__device__ __forceinline__ void load_rows(int code, const uint8_t* base, size_t row_bytes,
+                                          int64_t off, int hd, int64_t p0, int64_t p_end, int warp,
+                                          int lane, float (&reg)[RR][DPL]) {
+  if (code == kKvF32) {
+    load_rows_t<kKvF32>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+  } else if (code == kKvF16) {
+    load_rows_t<kKvF16>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+  } else {
+    load_rows_t<kKvQ8_0>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+  }
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, m));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
+  return v;
+}
+
+// DPL: head dims per lane (head_dim <= 32 * DPL). P: positions per tile; for P = 16 two lanes
+// share a position's dot product (keeps shared memory under 48 KiB for head_dim 256).
+// Grid: x = query blocks, y = KV head, z = position split.
+// Two blocks per SM where the registers allow it without heavy spilling (the kernel is
+// latency-bound: occupancy matters more than a few spilled values).
+template <int DPL, int P>
+__global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_kernel(AttnArgs a) {
+  constexpr int HD = 32 * DPL;
+  constexpr int L = 32 / P;  // lanes per position in q·k
+  // Row stride HD + 4: float4 reads stay aligned, and the 8 lanes of each quarter-warp phase
+  // (8 different rows) hit 8 different 4-bank groups.
+  __shared__ __align__(16) float ks[P][HD + 4];
+  __shared__ __align__(16) float vs[P][HD];
+  __shared__ __align__(16) float qs[kAttnWarps][HD];
+  __shared__ __align__(16) float ps[kAttnWarps][P];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int hk = static_cast<int>(blockIdx.y);
+  const int64_t n_q = a.n_tokens * a.group;
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kAttnWarps;
+  const int64_t qi = q0 + warp;
+  const bool active = qi < n_q;
+  const int64_t t = active ? qi / a.group : 0;
+  const int h = hk * a.group + static_cast<int>(active ? qi % a.group : 0);
+  const int64_t n_vis = a.pos0 + t + 1;  // causal: positions [0, pos0 + t]
+  // Positions any query of the block sees, cut to this split's range.
+  const int64_t t_last = (std::min(n_q, q0 + kAttnWarps) - 1) / a.group;
+  const int64_t p_begin = static_cast<int64_t>(blockIdx.z) * a.split_len;
+  const int64_t p_end = std::min(p_begin + a.split_len, a.pos0 + t_last + 1);
+  // q·k runs over whole float4s: q and the K rows are zero-padded to a multiple of 4.
+  const int hd4_k = (a.hd_k + 3) / 4 * 4;
+
+  if (active) {
+    const float* qr = a.q + t * a.q_stride + static_cast<int64_t>(h) * a.hd_k;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = lane + 32 * i;
+      qs[warp][d] = d < a.hd_k ? qr[d] : 0.0f;
+    }
+  }
+  float m = -INFINITY, l = 0.0f;
+  float acc[DPL];
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
+  const int j = lane % P, part = lane / P;
+  const int64_t k_off = static_cast<int64_t>(hk) * a.hd_k;
+  const int64_t v_off = static_cast<int64_t>(hk) * a.hd_v;
+
+  // Tile rows are staged in registers: the loads of the next tile are issued before the current
+  // one is computed, so their latency overlaps the math (and no load waits behind a shared store
+  // the compiler cannot prove unrelated). Warp w holds rows w, w + 8, ... of a tile.
+  constexpr int RR = P / kAttnWarps;
+  float kreg[RR][DPL], vreg[RR][DPL];
+  const auto load_tile = [&](int64_t p0) {
+    load_rows(a.k_code, a.k, a.k_row_bytes, k_off, a.hd_k, p0, p_end, warp, lane, kreg);
+    load_rows(a.v_code, a.v, a.v_row_bytes, v_off, a.hd_v, p0, p_end, warp, lane, vreg);
+  };
+  if (p_begin < p_end) load_tile(p_begin);
+
+  for (int64_t p0 = p_begin; p0 < p_end; p0 += P) {
+    __syncthreads();  // the previous tile is consumed (and qs is written)
+#pragma unroll
+    for (int rr = 0; rr < RR; ++rr) {
+      const int jj = warp + kAttnWarps * rr;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const int d = lane + 32 * i;
+        if (d < hd4_k) ks[jj][d] = kreg[rr][i];
+        if (d < a.hd_v) vs[jj][d] = vreg[rr][i];
+      }
+    }
+    __syncthreads();
+    if (p0 + P < p_end) load_tile(p0 + P);
+    if (!active) continue;
+    const float4* q4 = reinterpret_cast<const float4*>(qs[warp]);
+    const float4* k4 = reinterpret_cast<const float4*>(ks[j]);
+    float s0 = 0.0f, s1 = 0.0f;  // two chains halve the FMA latency
+#pragma unroll 4
+    for (int c = part; c < hd4_k / 4; c += L) {
+      const float4 qv = q4[c], kv = k4[c];
+      s0 = fmaf(qv.x, kv.x, s0);
+      s1 = fmaf(qv.y, kv.y, s1);
+      s0 = fmaf(qv.z, kv.z, s0);
+      s1 = fmaf(qv.w, kv.w, s1);
+    }
+    float s = s0 + s1;
+    if constexpr (L == 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, 16);
+    const int64_t pos = p0 + j;
+    s = (pos < p_end && pos < n_vis) ? s * a.scale : -INFINITY;
+    const float m_new = fmaxf(m, warp_max(s));
+    if (m_new == -INFINITY) continue;    // every position of this tile is masked for this query
+    const float corr = expf(m - m_new);  // 0 on the first visible tile (m = -inf)
+    const float p = expf(s - m_new);     // 0 for masked positions
+    l = l * corr + warp_sum(part == 0 ? p : 0.0f);
+    if (part == 0) ps[warp][j] = p;
+    __syncwarp();
+    const float4* p4 = reinterpret_cast<const float4*>(ps[warp]);
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = lane + 32 * i;
+      acc[i] *= corr;
+      if (d < a.hd_v) {
+#pragma unroll
+        for (int c = 0; c < P / 4; ++c) {
+          const float4 pv = p4[c];
+          acc[i] = fmaf(pv.x, vs[4 * c][d], acc[i]);
+          acc[i] = fmaf(pv.y, vs[4 * c + 1][d], acc[i]);
+          acc[i] = fmaf(pv.z, vs[4 * c + 2][d], acc[i]);
+          acc[i] = fmaf(pv.w, vs[4 * c + 3][d], acc[i]);
+        }
+      }
+    }
+    m = m_new;
+  }
+  if (!active) return;
+
+  const int64_t qidx = t * a.n_head + h;  // row of out / of the partials
+  if (a.n_split == 1) {
+    float* o = a.out + qidx * a.hd_v;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = lane + 32 * i;
+      if (d < a.hd_v) o[d] = acc[i] / l;
+    }
+    return;
+  }
+  const int64_t pi = static_cast<int64_t>(blockIdx.z) * a.n_tokens * a.n_head + qidx;
+  float* o = a.part_acc + pi * a.hd_v;
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) {
+    const int d = lane + 32 * i;
+    if (d < a.hd_v) o[d] = acc[i];
+  }
+  if (lane == 0) {
+    a.part_ml[2 * pi] = m;
+    a.part_ml[2 * pi + 1] = l;
+  }
+}
+
+// One block per query: out = sum_z acc_z e^(m_z - M) / sum_z l_z e^(m_z - M), M = max_z m_z
+// (finite: position 0 is visible to every query and lies in split 0).
+__global__ void attention_merge_kernel(const float* __restrict__ part_acc,
+                                       const float* __restrict__ part_ml, int n_split, int64_t n_q,
+                                       int hd_v, float* __restrict__ out) {
+  const int64_t qidx = blockIdx.x;
+  float mx = -INFINITY;
+  for (int z = 0; z < n_split; ++z) mx = fmaxf(mx, part_ml[2 * (z * n_q + qidx)]);
+  float sum = 0.0f;
+  for (int z = 0; z < n_split; ++z) {
+    const int64_t pi = z * n_q + qidx;
+    sum += part_ml[2 * pi + 1] * expf(part_ml[2 * pi] - mx);
+  }
+  for (int d = static_cast<int>(threadIdx.x); d < hd_v; d += static_cast<int>(blockDim.x)) {
+    float o = 0.0f;
+    for (int z = 0; z < n_split; ++z) {
+      const int64_t pi = z * n_q + qidx;
+      o += part_acc[pi * hd_v + d] * expf(part_ml[2 * pi] - mx);
+    }
+    out[qidx * hd_v + d] = o / sum;
+  }
+}
+
+// ---- host side ----------------------------------------------------------------------------------
+
+int kv_code(GgmlType t, const char* what) {
+  switch (t) {
+    case GgmlType::F32:
+      return kKvF32;
+    case GgmlType::F16:
+      return kKvF16;
+    case GgmlType::Q8_0:
+      return kKvQ8_0;
+    default:
+      throw Error(std::string(what) + ": KV cache type " +
+                  ggml_type_label(static_cast<uint32_t>(t)) +
+                  " is not supported on the GPU (f32, f16, q8_0)");
+  }
+}
+
+void check_kv_side(GgmlType type, const void* base, size_t row_bytes, int64_t elems,
+                   const char* what, const char* side) {
+  const std::string where = std::string(what) + ": " + side + " cache";
+  kv_code(type, what);
+  if (!base) throw Error(where + " is null");
+  const auto packed = elems > 0 ? ggml_row_bytes(type, static_cast<uint64_t>(elems)) : std::nullopt;
+  if (!packed) {
+    throw Error(where + ": " + std::to_string(elems) + " values per row do not form whole " +
+                ggml_type_label(static_cast<uint32_t>(type)) + " blocks");
+  }
+  const size_t align = type == GgmlType::F32 ? 4 : 2;
+  if (row_bytes < *packed || row_bytes % align != 0 ||
+      reinterpret_cast<uintptr_t>(base) % align != 0) {
+    throw Error(where + ": row_bytes " + std::to_string(row_bytes) + " or its address is invalid");
+  }
+}
+
+void check_kv(const DeviceKvLayer& kv, const char* what) {
+  check_kv_side(kv.k_type, kv.k, kv.k_row_bytes, kv.k_elems, what, "K");
+  check_kv_side(kv.v_type, kv.v, kv.v_row_bytes, kv.v_elems, what, "V");
+  if (kv.n_ctx < 1) throw Error(std::string(what) + ": n_ctx < 1");
+}
+
+void check_positions(const DeviceKvLayer& kv, int64_t n_tokens, int64_t pos0, const char* what) {
+  if (n_tokens < 0 || pos0 < 0 || pos0 + n_tokens > kv.n_ctx) {
+    throw Error(std::string(what) + ": context length " + std::to_string(kv.n_ctx) +
+                " exceeded (positions " + std::to_string(pos0) + " .. " +
+                std::to_string(pos0 + n_tokens - 1) + ")");
+  }
+}
+
+void launch_kv_store(GgmlType type, void* base, size_t row_bytes, int64_t elems, const float* src,
+                     int64_t n_tokens, int64_t pos0, cudaStream_t stream) {
+  auto* b = static_cast<uint8_t*>(base);
+  const int code = kv_code(type, "kv_store");
+  if (code == kKvQ8_0) {
+    const int64_t threads = n_tokens * (elems / 32) * 32;
+    kv_store_q8_0_kernel<<<elem_blocks(threads), kElemThreads, 0, stream>>>(b, row_bytes, elems,
+                                                                            src, n_tokens, pos0);
+  } else {
+    kv_store_plain_kernel<<<elem_blocks(n_tokens * elems), kElemThreads, 0, stream>>>(
+        b, row_bytes, code, elems, src, n_tokens, pos0);
+  }
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
+// SMs of the current device, asked once per device (a driver call per launch costs more than a
+// decode step's attention kernel on some hosts).
+int sm_count() {
+  static std::array<std::atomic<int>, 64> cache{};
+  int dev = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < static_cast<int>(cache.size())) {
+    if (const int known = cache[static_cast<size_t>(dev)].load(std::memory_order_relaxed)) {
+      return known;
+    }
+  }
+  int sms = 0;
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  sms = std::max(sms, 1);
+  if (dev >= 0 && dev < static_cast<int>(cache.size())) {
+    cache[static_cast<size_t>(dev)].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
+
+struct Plan {
+  int n_split = 1;
+  int64_t split_len = 0;
+  size_t workspace = 0;
+};
+
+// Splits the positions only when the query blocks alone would leave most SMs idle, and never into
+// ranges shorter than kMinSplitPositions.
+Plan plan_attention(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
+                    int64_t head_dim_v) {
+  Plan plan;
+  const int64_t n_kv = pos0 + n_tokens;
+  const int64_t group = n_head / n_head_kv;
+  const int64_t base_blocks = (n_tokens * group + kAttnWarps - 1) / kAttnWarps * n_head_kv;
+  const int64_t target = 4 * static_cast<int64_t>(sm_count());
+  int64_t n_split = 1;
+  if (base_blocks < target) {
+    n_split = std::min((target + base_blocks - 1) / base_blocks,
+                       (n_kv + kMinSplitPositions - 1) / kMinSplitPositions);
+    n_split = std::clamp<int64_t>(n_split, 1, kMaxSplits);
+  }
+  int64_t len = (n_kv + n_split - 1) / n_split;
+  len = (len + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  plan.split_len = len;
+  plan.n_split = static_cast<int>((n_kv + len - 1) / len);
+  if (plan.n_split > 1) {
+    const auto entries = static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_tokens) *
+                         static_cast<size_t>(n_head);
+    plan.workspace = entries * (static_cast<size_t>(head_dim_v) + 2) * sizeof(float);
+  }
+  return plan;
+}
+
+void check_attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
+                     int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
+                     int64_t head_dim_v, const float* out) {
+  const char* what = "attention";
+  check_kv(kv, what);
+  check_positions(kv, n_tokens, pos0, what);
+  if (n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0) {
+    throw Error("attention: " + std::to_string(n_head) + " query heads do not divide into " +
+                std::to_string(n_head_kv) + " KV heads");
+  }
+  if (head_dim_k < 1 || head_dim_v < 1 || head_dim_k > kMaxHeadDim || head_dim_v > kMaxHeadDim) {
+    throw Error("attention: head dims " + std::to_string(head_dim_k) + "/" +
+                std::to_string(head_dim_v) + " outside [1, " + std::to_string(kMaxHeadDim) + "]");
+  }
+  if (kv.k_elems != n_head_kv * head_dim_k || kv.v_elems != n_head_kv * head_dim_v) {
+    throw Error("attention: cache rows of " + std::to_string(kv.k_elems) + "/" +
+                std::to_string(kv.v_elems) + " values do not match " + std::to_string(n_head_kv) +
+                " KV heads of " + std::to_string(head_dim_k) + "/" + std::to_string(head_dim_v));
+  }
+  if (q_stride < n_head * head_dim_k) {
+    throw Error("attention: q_stride " + std::to_string(q_stride) + " < n_head * head_dim_k");
+  }
+  if (n_tokens > 0 && (!q || !out)) throw Error("attention: null device pointer");
+  if (n_head_kv > 65535 || n_tokens * n_head > 0x7FFFFFFF) {
+    throw Error("attention: too many heads or tokens for one launch");
+  }
+}
+
+template <int DPL, int P>
+void launch_attention_kernel(const AttnArgs& a, int64_t n_head_kv, cudaStream_t stream) {
+  const int64_t n_q = a.n_tokens * a.group;
+  const dim3 grid(static_cast<unsigned>((n_q + kAttnWarps - 1) / kAttnWarps),
+                  static_cast<unsigned>(n_head_kv), static_cast<unsigned>(a.n_split));
+  attention_kernel<DPL, P><<<grid, kAttnWarps * 32, 0, stream>>>(a);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n_tokens,
+              int64_t pos0, cudaStream_t stream) {
+  check_kv(kv, "kv_store");
+  check_positions(kv, n_tokens, pos0, "kv_store");
+  if (n_tokens == 0) return;
+  if (!k || !v) throw Error("kv_store: null device pointer");
+  launch_kv_store(kv.k_type, kv.k, kv.k_row_bytes, kv.k_elems, k, n_tokens, pos0, stream);
+  launch_kv_store(kv.v_type, kv.v, kv.v_row_bytes, kv.v_elems, v, n_tokens, pos0, stream);
+}
+
+size_t attention_workspace_bytes(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
+                                 int64_t head_dim_v) {
+  if (n_tokens < 1 || pos0 < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0 ||
+      head_dim_v < 1) {
+    return 0;
+  }
+  return plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v).workspace;
+}
+
+void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
+               int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
+               int64_t head_dim_v, float scale, float* out, void* workspace, size_t workspace_bytes,
+               cudaStream_t stream) {
+  check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out);
+  if (n_tokens == 0) return;
+  const Plan plan = plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v);
+  if (plan.workspace > 0 && (!workspace || workspace_bytes < plan.workspace)) {
+    throw Error("attention: workspace of " + std::to_string(workspace_bytes) + " bytes, " +
+                std::to_string(plan.workspace) + " needed");
+  }
+  AttnArgs a{};
+  a.k = static_cast<const uint8_t*>(kv.k);
+  a.v = static_cast<const uint8_t*>(kv.v);
+  a.k_row_bytes = kv.k_row_bytes;
+  a.v_row_bytes = kv.v_row_bytes;
+  a.k_code = kv_code(kv.k_type, "attention");
+  a.v_code = kv_code(kv.v_type, "attention");
+  a.q = q;
+  a.q_stride = q_stride;
+  a.out = out;
+  a.n_tokens = n_tokens;
+  a.pos0 = pos0;
+  a.n_head = static_cast<int>(n_head);
+  a.group = static_cast<int>(n_head / n_head_kv);
+  a.hd_k = static_cast<int>(head_dim_k);
+  a.hd_v = static_cast<int>(head_dim_v);
+  a.scale = scale;
+  a.split_len = plan.split_len;
+  a.n_split = plan.n_split;
+  if (plan.n_split > 1) {
+    a.part_acc = static_cast<float*>(workspace);
+    a.part_ml = a.part_acc + static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_tokens) *
+                                 static_cast<size_t>(n_head) * static_cast<size_t>(head_dim_v);
+  }
+  const int64_t hd = std::max(head_dim_k, head_dim_v);
+  if (hd <= 32) {
+    launch_attention_kernel<1, 32>(a, n_head_kv, stream);
+  } else if (hd <= 64) {
+    launch_attention_kernel<2, 32>(a, n_head_kv, stream);
+  } else if (hd <= 128) {
+    launch_attention_kernel<4, 32>(a, n_head_kv, stream);
+  } else {
+    launch_attention_kernel<8, 16>(a, n_head_kv, stream);
+  }
+  if (plan.n_split > 1) {
+    const int64_t n_q = n_tokens * n_head;
+    attention_merge_kernel<<<static_cast<unsigned>(n_q), 128, 0, stream>>>(
+        a.part_acc, a.part_ml, plan.n_split, n_q, a.hd_v, out);
+    MOE_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
+               int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
+               int64_t head_dim_v, float scale, float* out, cudaStream_t stream) {
+  check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out);
+  if (n_tokens == 0) return;
+  const size_t bytes = plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v).workspace;
+  if (bytes == 0) {
+    attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, scale,
+              out, nullptr, 0, stream);
+    return;
+  }
+  // Stream-ordered scratch: no synchronization, and the pool makes repeated calls cheap.
+  void* ws = nullptr;
+  MOE_CUDA_CHECK(cudaMallocAsync(&ws, bytes, stream));
+  try {
+    attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, scale,
+              out, ws, bytes, stream);
+  } catch (...) {
+    (void)cudaFreeAsync(ws, stream);
+    throw;
+  }
+  MOE_CUDA_CHECK(cudaFreeAsync(ws, stream));
+}
+
+}  // namespace moe::cuda

@@ -1,0 +1,54 @@
+// KV cache writes and causal grouped-query attention on the GPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/ggml_type.h"
+
+namespace moe::cuda {
+
+// KV cache rows on the device, one layer: row p (position) at base + p * row_bytes, row_elems
+// values stored as F32, F16 or Q8_0 (type).
+struct DeviceKvLayer {
+  GgmlType k_type, v_type;
+  void* k;
+  void* v;
+  size_t k_row_bytes, v_row_bytes;
+  int64_t k_elems, v_elems;
+  int64_t n_ctx;
+};
+
+// Writes n_tokens f32 rows (k: [n_tokens, k_elems], v: [n_tokens, v_elems]) at positions pos0..
+// converting to the cache types (F16 round-to-nearest-even; Q8_0 as ggml's
+// quantize_row_q8_0_ref: d = amax/127, q = roundf(x * (1/d)), d stored fp16), byte-identical to
+// coordinator/model/kv_cache.cpp. Throws moe::Error unless pos0 >= 0 and pos0 + n_tokens <= n_ctx.
+void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n_tokens,
+              int64_t pos0, cudaStream_t stream);
+
+// Causal GQA attention, everything f32 inside: q [n_tokens, n_head * head_dim_k] (row stride
+// q_stride floats), token t at position pos0 + t attends to cache positions [0, pos0 + t]; query
+// head h uses kv head h / (n_head / n_head_kv). out [n_tokens, n_head * head_dim_v] (contiguous)
+// = softmax(q·K^T * scale)·V. An online softmax runs over tiles of positions; when there are too
+// few (token, kv head) blocks to fill the GPU (decode), the positions are split across blocks and
+// the partial results merged by a second kernel, in device scratch from cudaMallocAsync on
+// `stream`. Head dims up to 256. Does not synchronize.
+void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
+               int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
+               int64_t head_dim_v, float scale, float* out, cudaStream_t stream);
+
+// Bytes of scratch attention() needs for these shapes on the current device (0 when it does not
+// split), for callers that bring their own (e.g. inside CUDA graphs or from an arena).
+size_t attention_workspace_bytes(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
+                                 int64_t head_dim_v);
+
+// attention() with caller-provided scratch of at least attention_workspace_bytes() bytes
+// (workspace may be null when that is 0); throws moe::Error when it is too small.
+void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
+               int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
+               int64_t head_dim_v, float scale, float* out, void* workspace, size_t workspace_bytes,
+               cudaStream_t stream);
+
+}  // namespace moe::cuda

@@ -1,0 +1,341 @@
+// Internal: the weight-product kernels behind matmul() and grouped_matmul(), templated on the
+// weight decoder: a GEMV for up to 8 activation rows per weight matrix (decode: memory-bound,
+// every weight row read once) and a tiled kernel for larger batches (prefill: every dequantized
+// weight tile reused for 64 rows). matmul_float.cu, matmul_blocks.cu and matmul_kquants.cu
+// instantiate them for their types, so the three families compile in parallel.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dequant_device.cuh"
+#include "kernels/cuda/weight_product.h"
+
+namespace moe::cuda::detail {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// What the kernels read; one struct so both kernels share the group/row mapping.
+struct Args {
+  int64_t n_in, n_out;
+  size_t row_bytes;
+  const uint8_t* w;
+  const void* const* w_ptrs;
+  const int32_t* offsets;
+  int64_t n_rows;
+  const int32_t* x_rows;
+  const float* x;
+  int64_t x_stride;
+  float* y;
+  bool x_vec4;  // x and x_stride allow float4 loads
+};
+
+// Rows [r0, r1) of output and the weight matrix of group g.
+__device__ __forceinline__ const uint8_t* group_range(const Args& a, int g, int64_t& r0,
+                                                      int64_t& r1) {
+  if (a.offsets) {
+    r0 = a.offsets[g];
+    r1 = a.offsets[g + 1];
+    return static_cast<const uint8_t*>(a.w_ptrs[g]);
+  }
+  r0 = 0;
+  r1 = a.n_rows;
+  return a.w;
+}
+
+// A group whose weight pointer is null (an expert that is not resident, say) gets NaN in its
+// rows for outputs [o0, o0 + n_o) instead of a fault that would poison the whole context.
+__device__ __forceinline__ void fill_nan(const Args& a, int64_t r0, int64_t r1, int64_t o0,
+                                         int64_t n_o) {
+  const int64_t n = min(n_o, a.n_out - o0);
+  for (int64_t i = threadIdx.x; i < (r1 - r0) * n; i += blockDim.x) {
+    a.y[(r0 + i / n) * a.n_out + o0 + i % n] = __int_as_float(0x7FC00000);
+  }
+}
+
+__device__ __forceinline__ const float* x_row(const Args& a, int64_t j) {
+  const int64_t src = a.x_rows ? static_cast<int64_t>(a.x_rows[j]) : j;
+  return a.x + src * a.x_stride;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
+  return v;
+}
+
+// ---- GEMV: 4 output rows per block, the K dimension spread over the block's 128 threads ---------
+//
+// Each thread decodes one unit (8 weights) of each of the 4 rows per step and multiplies it with
+// the matching 8 floats of every activation row: the activations, read from L1, are reused for 4
+// weight rows (otherwise their 4 bytes per weight, against ~0.6 for Q4_K, would saturate L1 before
+// DRAM), and 4 independent decodes per step keep enough weight bytes in flight. The decode is
+// instruction-bound for 4-bit types, so a block's scale (and min) are applied once per unit to
+// sum(q x) (and sum(x)) rather than per weight. Splitting K over 4 warps (reduced through shared
+// memory in a fixed order) gives enough blocks for small matrices.
+
+constexpr int kGemvThreads = 128;
+constexpr int kGemvWarps = kGemvThreads / 32;
+constexpr int kGemvRows = 4;  // output rows per block
+
+// Output rows o0 .. o0+3 (rows past n_out repeat the last one and are not written) for
+// activation rows j0 .. j0+R-1. red: kGemvRows * R * kGemvWarps floats of shared memory.
+template <class Dec, int R>
+__device__ __forceinline__ void gemv_pass(const Args& a, const uint8_t* __restrict__ w, int64_t o0,
+                                          int64_t j0, float* red) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const uint8_t* wrow[kGemvRows];
+#pragma unroll
+  for (int n = 0; n < kGemvRows; ++n) {
+    const int64_t o = min(o0 + n, a.n_out - 1);
+    wrow[n] = w + o * static_cast<int64_t>(a.row_bytes);
+  }
+  const float* xp[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) xp[r] = x_row(a, j0 + r);
+  float acc[kGemvRows][R];
+#pragma unroll
+  for (int n = 0; n < kGemvRows; ++n) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[n][r] = 0.0f;
+  }
+  const int64_t n_units = a.n_in / Dec::kPer;
+  for (int64_t u = tid; u < n_units; u += kGemvThreads) {
+    if constexpr (Dec::kPer == 8) {
+      // Block types: the unit's scale (and min) are applied once to sum(q x) (and sum(x)).
+      float q[kGemvRows][8], scale[kGemvRows], mn[kGemvRows];
+#pragma unroll
+      for (int n = 0; n < kGemvRows; ++n) Dec::affine(wrow[n], u, q[n], scale[n], mn[n]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float* xr = xp[r] + u * 8;
+        float xv[8];
+        if (a.x_vec4) {
+          const float4 p = __ldg(reinterpret_cast<const float4*>(xr));
+          const float4 p2 = __ldg(reinterpret_cast<const float4*>(xr) + 1);
+          xv[0] = p.x, xv[1] = p.y, xv[2] = p.z, xv[3] = p.w;
+          xv[4] = p2.x, xv[5] = p2.y, xv[6] = p2.z, xv[7] = p2.w;
+        } else {
+#pragma unroll
+          for (int t = 0; t < 8; ++t) xv[t] = __ldg(xr + t);
+        }
+        float xsum = 0.0f;
+        if constexpr (Dec::kHasMin) {
+          xsum = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+        }
+#pragma unroll
+        for (int n = 0; n < kGemvRows; ++n) {
+          float d = q[n][0] * xv[0];
+#pragma unroll
+          for (int t = 1; t < 8; ++t) d = fmaf(q[n][t], xv[t], d);
+          acc[n][r] = fmaf(scale[n], d, acc[n][r]);
+          if constexpr (Dec::kHasMin) acc[n][r] = fmaf(-mn[n], xsum, acc[n][r]);
+        }
+      }
+    } else {
+      float wv[kGemvRows];
+#pragma unroll
+      for (int n = 0; n < kGemvRows; ++n) Dec::decode(wrow[n], u, &wv[n]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float xv = __ldg(xp[r] + u);
+#pragma unroll
+        for (int n = 0; n < kGemvRows; ++n) acc[n][r] = fmaf(wv[n], xv, acc[n][r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kGemvRows; ++n) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = warp_sum(acc[n][r]);
+      if (lane == 0) red[(n * R + r) * kGemvWarps + warp] = v;
+    }
+  }
+  __syncthreads();
+  if (tid < kGemvRows * R) {
+    const int n = tid / R, r = tid % R;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kGemvWarps; ++i) s += red[tid * kGemvWarps + i];
+    if (o0 + n < a.n_out) a.y[(j0 + r) * a.n_out + o0 + n] = s;
+  }
+  __syncthreads();  // red is reused by the next pass
+}
+
+// Grid: x = output rows / kGemvRows, y = group. A group's rows go through in passes of up to
+// RMAX rows; RMAX = 1 (decode: one row per expert) keeps the register count, and so the
+// occupancy, of the common case independent of the 8-row code.
+template <class Dec, int RMAX>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(Args a) {
+  __shared__ float red[kGemvRows * RMAX * kGemvWarps];
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kGemvRows;
+  int64_t r0, r1;
+  const uint8_t* w = group_range(a, static_cast<int>(blockIdx.y), r0, r1);
+  if (!w) return fill_nan(a, r0, r1, o0, kGemvRows);
+  for (int64_t j = r0; j < r1; j += RMAX) {
+    if constexpr (RMAX == 1) {
+      gemv_pass<Dec, 1>(a, w, o0, j, red);
+    } else {
+      switch (static_cast<int>(min(static_cast<int64_t>(RMAX), r1 - j))) {
+        case 1:
+          gemv_pass<Dec, 1>(a, w, o0, j, red);
+          break;
+        case 2:
+          gemv_pass<Dec, 2>(a, w, o0, j, red);
+          break;
+        case 3:
+          gemv_pass<Dec, 3>(a, w, o0, j, red);
+          break;
+        case 4:
+          gemv_pass<Dec, 4>(a, w, o0, j, red);
+          break;
+        case 5:
+          gemv_pass<Dec, 5>(a, w, o0, j, red);
+          break;
+        case 6:
+          gemv_pass<Dec, 6>(a, w, o0, j, red);
+          break;
+        case 7:
+          gemv_pass<Dec, 7>(a, w, o0, j, red);
+          break;
+        default:
+          gemv_pass<Dec, 8>(a, w, o0, j, red);
+          break;
+      }
+    }
+  }
+}
+
+// ---- tiled: 64 output rows × 64 activation rows per block, K in steps of 32 ---------------------
+
+constexpr int kTileO = 64;
+constexpr int kTileR = 64;
+constexpr int kTileK = 32;
+constexpr int kTileThreads = 256;
+// Row padding of the k-major tiles: keeps float4 reads aligned and spreads the transposing stores
+// over 8 banks instead of 1.
+constexpr int kPad = 4;
+
+// Grid: x = output tiles, y = group, z = row tiles (a block strides over further row tiles).
+// Thread (ty, tx) computes activation rows 4ty..4ty+3 × outputs 4tx..4tx+3 of the tile.
+template <class Dec>
+__global__ void __launch_bounds__(kTileThreads) gemm_tiled_kernel(Args a) {
+  __shared__ __align__(16) float ws[kTileK][kTileO + kPad];
+  __shared__ __align__(16) float xs[kTileK][kTileR + kPad];
+  int64_t r0, r1;
+  const uint8_t* w = group_range(a, static_cast<int>(blockIdx.y), r0, r1);
+  const int64_t count = r1 - r0;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kTileO;
+  if (!w) {
+    if (blockIdx.z == 0) fill_nan(a, r0, r1, o0, kTileO);
+    return;
+  }
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tx = tid % 16, ty = tid / 16;
+  const int kc = tid % kTileK;  // column this thread loads of the activation tile
+  constexpr int kUnitsPerRow = kTileK / Dec::kPer;
+  constexpr int kDecodes = kTileO * kUnitsPerRow / kTileThreads;  // units per thread per tile
+  static_assert(kDecodes * kTileThreads == kTileO * kUnitsPerRow);
+  for (int64_t rt = static_cast<int64_t>(blockIdx.z) * kTileR; rt < count;
+       rt += static_cast<int64_t>(gridDim.z) * kTileR) {
+    const float* xrow[8];  // rows tid/32 + 8i of the tile, null past the group's end
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t jl = rt + tid / kTileK + 8 * i;
+      xrow[i] = jl < count ? x_row(a, r0 + jl) : nullptr;
+    }
+    float acc[4][4] = {};
+    for (int64_t k0 = 0; k0 < a.n_in; k0 += kTileK) {
+      // Everything is loaded into registers before the first shared store, so no load waits
+      // behind a store the compiler cannot prove unrelated.
+      float v[kDecodes][Dec::kPer];
+#pragma unroll
+      for (int it = 0; it < kDecodes; ++it) {
+        const int u = tid + it * kTileThreads;
+        const int64_t o = o0 + u / kUnitsPerRow;
+        const int64_t k = k0 + static_cast<int64_t>(u % kUnitsPerRow) * Dec::kPer;
+        if (o < a.n_out && k < a.n_in) {
+          Dec::decode(w + o * static_cast<int64_t>(a.row_bytes), k / Dec::kPer, v[it]);
+        } else {
+#pragma unroll
+          for (int t = 0; t < Dec::kPer; ++t) v[it][t] = 0.0f;
+        }
+      }
+      float xv[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        xv[i] = (xrow[i] && k0 + kc < a.n_in) ? __ldg(xrow[i] + k0 + kc) : 0.0f;
+      }
+#pragma unroll
+      for (int it = 0; it < kDecodes; ++it) {
+        const int u = tid + it * kTileThreads;
+        const int ol = u / kUnitsPerRow, ku = u % kUnitsPerRow;
+#pragma unroll
+        for (int t = 0; t < Dec::kPer; ++t) ws[ku * Dec::kPer + t][ol] = v[it][t];
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xs[kc][tid / kTileK + 8 * i] = xv[i];
+      __syncthreads();
+#pragma unroll 8
+      for (int kk = 0; kk < kTileK; ++kk) {
+        const float4 xv = *reinterpret_cast<const float4*>(&xs[kk][4 * ty]);
+        const float4 wv = *reinterpret_cast<const float4*>(&ws[kk][4 * tx]);
+        const float xa[4] = {xv.x, xv.y, xv.z, xv.w};
+        const float wa[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xa[i], wa[j], acc[i][j]);
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t jl = rt + 4 * ty + i;
+      if (jl >= count) break;
+      float* yr = a.y + (r0 + jl) * a.n_out;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t o = o0 + 4 * tx + j;
+        if (o < a.n_out) yr[o] = acc[i][j];
+      }
+    }
+  }
+}
+
+template <class Dec>
+void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
+  Args a{};
+  a.n_in = p.n_in;
+  a.n_out = p.n_out;
+  a.row_bytes = p.row_bytes;
+  a.w = static_cast<const uint8_t*>(p.w);
+  a.w_ptrs = p.w_ptrs;
+  a.offsets = p.offsets;
+  a.n_rows = p.n_rows;
+  a.x_rows = p.x_rows;
+  a.x = p.x;
+  a.x_stride = p.x_stride;
+  a.y = p.y;
+  a.x_vec4 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride % 4 == 0;
+  const unsigned n_groups = p.offsets ? static_cast<unsigned>(p.n_groups) : 1u;
+  if (p.max_rows_per_group <= 8) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kGemvRows)), n_groups);
+    if (p.max_rows_per_group == 1) {
+      gemv_kernel<Dec, 1><<<grid, kGemvThreads, 0, stream>>>(a);
+    } else {
+      gemv_kernel<Dec, 8><<<grid, kGemvThreads, 0, stream>>>(a);
+    }
+  } else {
+    const int64_t row_tiles = std::min<int64_t>(ceil_div(p.max_rows_per_group, kTileR), 65535);
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kTileO)), n_groups,
+                    static_cast<unsigned>(row_tiles));
+    gemm_tiled_kernel<Dec><<<grid, kTileThreads, 0, stream>>>(a);
+  }
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace moe::cuda::detail

@@ -1,0 +1,232 @@
+// kv_store (bytes equal the CPU cache's encodings) and attention (against a double-precision
+// reference over the cache decoded by cpu::dequantize_row), for F32/F16/Q8_0 caches, GQA, prefill
+// and long-context decode (the split + merge path).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/fp16.h"
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/dequant.h"
+#include "kernels/cuda/attention.h"
+#include "tests/cuda/gpu_test_env.h"
+#include "tests/random_blocks.h"
+
+namespace moe::cuda {
+namespace {
+
+// The CPU cache's encoding of one row (coordinator/model/kv_cache.cpp).
+std::vector<uint8_t> encode_row(GgmlType t, const float* x, int64_t n) {
+  std::vector<uint8_t> out(static_cast<size_t>(*ggml_row_bytes(t, static_cast<uint64_t>(n))));
+  if (t == GgmlType::F32) {
+    std::memcpy(out.data(), x, static_cast<size_t>(n) * 4);
+  } else if (t == GgmlType::F16) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = fp32_to_fp16(x[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  } else {
+    cpu::quantize_act_row_ref(cpu::ActFormat::Q8_0, x, out.data(), n);
+  }
+  return out;
+}
+
+struct Shape {
+  int64_t n_head, n_head_kv, hd_k, hd_v;
+};
+
+struct Cache {
+  DeviceKvLayer kv{};
+  cuda::DeviceBuffer k, v;
+};
+
+Cache make_cache(GgmlType kt, GgmlType vt, const Shape& s, int64_t n_ctx) {
+  Cache c;
+  c.kv.k_type = kt;
+  c.kv.v_type = vt;
+  c.kv.k_elems = s.n_head_kv * s.hd_k;
+  c.kv.v_elems = s.n_head_kv * s.hd_v;
+  c.kv.k_row_bytes = static_cast<size_t>(*ggml_row_bytes(kt, static_cast<uint64_t>(c.kv.k_elems)));
+  c.kv.v_row_bytes = static_cast<size_t>(*ggml_row_bytes(vt, static_cast<uint64_t>(c.kv.v_elems)));
+  c.kv.n_ctx = n_ctx;
+  c.k = cuda::DeviceBuffer(c.kv.k_row_bytes * static_cast<size_t>(n_ctx));
+  c.v = cuda::DeviceBuffer(c.kv.v_row_bytes * static_cast<size_t>(n_ctx));
+  // Unwritten rows hold NaN bit patterns: attention must never read them.
+  MOE_CUDA_CHECK(cudaMemset(c.k.get(), 0xFF, c.k.size()));
+  MOE_CUDA_CHECK(cudaMemset(c.v.get(), 0xFF, c.v.size()));
+  c.kv.k = c.k.get();
+  c.kv.v = c.v.get();
+  return c;
+}
+
+// Decoded rows [0, n) of one side of the cache.
+std::vector<float> decode_cache(const cuda::DeviceBuffer& b, GgmlType t, size_t row_bytes,
+                                int64_t elems, int64_t n) {
+  const auto bytes = test::to_host<uint8_t>(b, row_bytes * static_cast<size_t>(n));
+  std::vector<float> out(static_cast<size_t>(n * elems));
+  for (int64_t p = 0; p < n; ++p) {
+    cpu::dequantize_row(t, bytes.data() + p * row_bytes, out.data() + p * elems, elems);
+  }
+  return out;
+}
+
+struct Param {
+  GgmlType k_type, v_type;
+  Shape shape;
+  int64_t n_tokens, pos0;
+};
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const Param& p = info.param;
+  const auto tn = [](GgmlType t) { return std::string(ggml_type_info_or_throw(t).name); };
+  return tn(p.k_type) + "_" + tn(p.v_type) + "_h" + std::to_string(p.shape.n_head) + "kv" +
+         std::to_string(p.shape.n_head_kv) + "_d" + std::to_string(p.shape.hd_k) + "x" +
+         std::to_string(p.shape.hd_v) + "_n" + std::to_string(p.n_tokens) + "_pos" +
+         std::to_string(p.pos0);
+}
+
+class AttentionCudaTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
+  MOE_REQUIRE_GPU();
+  const Param& P = GetParam();
+  const Shape& s = P.shape;
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t n_kv = P.pos0 + P.n_tokens;
+  Cache c = make_cache(P.k_type, P.v_type, s, n_kv + 3);
+  const int64_t ke = c.kv.k_elems, ve = c.kv.v_elems;
+
+  // History (positions < pos0) in one call, then the batch: both through kv_store.
+  const auto k_all = test::random_floats(n_kv * ke, rng);
+  const auto v_all = test::random_floats(n_kv * ve, rng);
+  const auto dk = test::to_device(k_all), dv = test::to_device(v_all);
+  if (P.pos0 > 0) kv_store(c.kv, dk.as<float>(), dv.as<float>(), P.pos0, 0, nullptr);
+  kv_store(c.kv, dk.as<float>() + P.pos0 * ke, dv.as<float>() + P.pos0 * ve, P.n_tokens, P.pos0,
+           nullptr);
+
+  // The stored bytes are exactly the CPU cache's.
+  const auto kb = test::to_host<uint8_t>(c.k, c.kv.k_row_bytes * static_cast<size_t>(n_kv));
+  const auto vb = test::to_host<uint8_t>(c.v, c.kv.v_row_bytes * static_cast<size_t>(n_kv));
+  for (int64_t p = 0; p < n_kv; ++p) {
+    const auto ek = encode_row(P.k_type, k_all.data() + p * ke, ke);
+    const auto ev = encode_row(P.v_type, v_all.data() + p * ve, ve);
+    ASSERT_EQ(std::memcmp(kb.data() + p * c.kv.k_row_bytes, ek.data(), ek.size()), 0)
+        << "K row " << p;
+    ASSERT_EQ(std::memcmp(vb.data() + p * c.kv.v_row_bytes, ev.data(), ev.size()), 0)
+        << "V row " << p;
+  }
+
+  // q rows with a stride wider than the heads.
+  const int64_t q_stride = s.n_head * s.hd_k + 8;
+  const auto q = test::random_floats(P.n_tokens * q_stride, rng);
+  const auto dq = test::to_device(q);
+  const int64_t out_n = P.n_tokens * s.n_head * s.hd_v;
+  cuda::DeviceBuffer dout(static_cast<size_t>(out_n) * sizeof(float));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd_k));
+  attention(c.kv, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_k,
+            s.hd_v, scale, dout.as<float>(), nullptr);
+  const auto out = test::to_host<float>(dout, static_cast<size_t>(out_n));
+
+  const auto K = decode_cache(c.k, P.k_type, c.kv.k_row_bytes, ke, n_kv);
+  const auto V = decode_cache(c.v, P.v_type, c.kv.v_row_bytes, ve, n_kv);
+  std::vector<double> want(static_cast<size_t>(out_n));
+  const int64_t group = s.n_head / s.n_head_kv;
+  std::vector<double> sc(static_cast<size_t>(n_kv));
+  for (int64_t t = 0; t < P.n_tokens; ++t) {
+    for (int64_t h = 0; h < s.n_head; ++h) {
+      const int64_t hk = h / group, n_vis = P.pos0 + t + 1;
+      const float* qh = q.data() + t * q_stride + h * s.hd_k;
+      double mx = -INFINITY;
+      for (int64_t p = 0; p < n_vis; ++p) {
+        double d = 0;
+        for (int64_t i = 0; i < s.hd_k; ++i)
+          d += static_cast<double>(qh[i]) * K[p * ke + hk * s.hd_k + i];
+        sc[p] = d * scale;
+        mx = std::max(mx, sc[p]);
+      }
+      double sum = 0;
+      for (int64_t p = 0; p < n_vis; ++p) sum += (sc[p] = std::exp(sc[p] - mx));
+      for (int64_t i = 0; i < s.hd_v; ++i) {
+        double o = 0;
+        for (int64_t p = 0; p < n_vis; ++p) o += sc[p] * V[p * ve + hk * s.hd_v + i];
+        want[static_cast<size_t>((t * s.n_head + h) * s.hd_v + i)] = o / sum;
+      }
+    }
+  }
+  EXPECT_LE(test::normalized_error(out, want), 1e-5);
+
+  // Caller-provided scratch gives the same result bit for bit.
+  const size_t ws = attention_workspace_bytes(P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_v);
+  cuda::DeviceBuffer dws(ws);
+  cuda::DeviceBuffer dout2(static_cast<size_t>(out_n) * sizeof(float));
+  attention(c.kv, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_k,
+            s.hd_v, scale, dout2.as<float>(), dws.get(), ws, nullptr);
+  EXPECT_EQ(test::to_host<float>(dout2, static_cast<size_t>(out_n)), out);
+}
+
+constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0;
+constexpr Shape kGqa4x2{4, 2, 64, 64}, kGqa16x2{16, 2, 128, 128}, kHead256{8, 1, 256, 256},
+    kMixed{4, 4, 96, 64};
+
+std::vector<Param> params() {
+  std::vector<Param> out;
+  for (const auto& [kt, vt] :
+       {std::pair{F32, F32}, std::pair{F16, F16}, std::pair{Q8, Q8}, std::pair{F16, Q8}}) {
+    for (const Shape& s : {kGqa4x2, kGqa16x2}) {
+      out.push_back({kt, vt, s, 7, 5});     // prefill after a short history
+      out.push_back({kt, vt, s, 1, 2999});  // decode, 3000 positions: split + merge
+      out.push_back({kt, vt, s, 7, 1000});  // prefill after a long history: split, causal
+      out.push_back({kt, vt, s, 1, 0});     // the very first token
+    }
+  }
+  for (const Shape& s : {kHead256, kMixed}) {
+    out.push_back({F16, F16, s, 7, 5});
+    out.push_back({Q8, F32, s, 1, 2999});
+  }
+  out.push_back({F32, F32, kGqa4x2, 300, 40});  // a larger prefill: many query blocks
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Caches, AttentionCudaTest, ::testing::ValuesIn(params()), param_name);
+
+// Host-side argument checks (no GPU needed: they throw before any CUDA call).
+TEST(AttentionCuda, RejectsBadArguments) {
+  auto* f = reinterpret_cast<float*>(uintptr_t{0x10000});
+  DeviceKvLayer kv{};
+  kv.k_type = kv.v_type = GgmlType::F16;
+  kv.k = kv.v = reinterpret_cast<void*>(uintptr_t{0x20000});
+  kv.k_elems = kv.v_elems = 2 * 64;
+  kv.k_row_bytes = kv.v_row_bytes = 2 * 2 * 64;
+  kv.n_ctx = 16;
+  test::expect_error([&] { kv_store(kv, f, f, 4, 13, nullptr); }, "context length");
+  test::expect_error([&] { kv_store(kv, f, f, 1, -1, nullptr); }, "context length");
+  test::expect_error([&] { attention(kv, f, 256, 4, 13, 4, 2, 64, 64, 0.1f, f, nullptr); },
+                     "context length");
+  test::expect_error([&] { attention(kv, f, 256, 1, 0, 3, 2, 64, 64, 0.1f, f, nullptr); },
+                     "KV heads");
+  test::expect_error([&] { attention(kv, f, 256, 1, 0, 4, 2, 32, 64, 0.1f, f, nullptr); },
+                     "do not match");
+  test::expect_error([&] { attention(kv, f, 200, 1, 0, 4, 2, 64, 64, 0.1f, f, nullptr); },
+                     "q_stride");
+  test::expect_error([&] { attention(kv, nullptr, 256, 1, 0, 4, 2, 64, 64, 0.1f, f, nullptr); },
+                     "null");
+  DeviceKvLayer q4 = kv;
+  q4.k_type = GgmlType::Q4_0;
+  q4.k_row_bytes = 18 * 4;
+  test::expect_error([&] { kv_store(q4, f, f, 1, 0, nullptr); }, "not supported on the GPU");
+  DeviceKvLayer wide = kv;
+  wide.k_elems = wide.v_elems = 2 * 512;
+  wide.k_row_bytes = wide.v_row_bytes = 2 * 2 * 512;
+  test::expect_error([&] { attention(wide, f, 1024, 1, 0, 2, 2, 512, 512, 0.1f, f, nullptr); },
+                     "head dims");
+}
+
+}  // namespace
+}  // namespace moe::cuda

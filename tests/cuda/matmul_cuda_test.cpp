@@ -1,0 +1,147 @@
+// cuda::matmul (GEMV for 1-8 rows, tiled beyond) for every GPU weight type against
+// "dequantize with the CPU reference decoder, then dot in double".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cpu/dequant.h"
+#include "kernels/cuda/device_matrix.h"
+#include "kernels/cuda/matmul.h"
+#include "tests/cuda/gpu_test_env.h"
+#include "tests/random_blocks.h"
+
+namespace moe::cuda {
+namespace {
+
+// n_out rows of random valid blocks, the bytes (rows padded to row_bytes) and the decoded floats.
+struct HostMatrix {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // [n_out][n_in]
+  size_t row_bytes = 0;
+};
+
+HostMatrix random_matrix(GgmlType t, int64_t n_in, int64_t n_out, size_t pad, std::mt19937& rng) {
+  HostMatrix m;
+  m.row_bytes = static_cast<size_t>(*ggml_row_bytes(t, static_cast<uint64_t>(n_in))) + pad;
+  m.bytes.assign(m.row_bytes * static_cast<size_t>(n_out), 0xEE);
+  m.values.resize(static_cast<size_t>(n_in * n_out));
+  for (int64_t o = 0; o < n_out; ++o) {
+    const auto row = test::random_row(t, n_in, rng);
+    std::copy(row.begin(), row.end(), m.bytes.begin() + static_cast<ptrdiff_t>(o * m.row_bytes));
+    cpu::dequantize_row(t, row.data(), m.values.data() + o * n_in, n_in);
+  }
+  return m;
+}
+
+// y[r][o] = sum_i W[o][i] * x[r][i] in double.
+std::vector<double> reference(const HostMatrix& m, const std::vector<float>& x, int64_t n_rows,
+                              int64_t n_in, int64_t n_out) {
+  std::vector<double> y(static_cast<size_t>(n_rows * n_out));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      double s = 0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        s += static_cast<double>(m.values[static_cast<size_t>(o * n_in + i)]) *
+             x[static_cast<size_t>(r * n_in + i)];
+      }
+      y[static_cast<size_t>(r * n_out + o)] = s;
+    }
+  }
+  return y;
+}
+
+std::vector<int64_t> n_in_cases(GgmlType t) {
+  const int64_t block = ggml_type_info_or_throw(t).block_size;
+  if (block == 1) return {67, 512};  // float types: rows need not be a multiple of 8
+  if (block == 256) return {256, 512};
+  return {3 * block, 512};
+}
+
+std::string type_name(const ::testing::TestParamInfo<GgmlType>& p) {
+  return std::string(ggml_type_info_or_throw(p.param).name);
+}
+
+class MatmulCudaTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulCudaTest, MatchesDoubleReferenceForGemvAndTiledShapes) {
+  MOE_REQUIRE_GPU();
+  const GgmlType type = GetParam();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t n_out = 67;  // odd: partial GEMV blocks and output tiles
+  for (const int64_t n_in : n_in_cases(type)) {
+    const HostMatrix m = random_matrix(type, n_in, n_out, 0, rng);
+    const auto dw = test::to_device(m.bytes);
+    const DeviceMatrix w = make_device_matrix(type, dw.get(), n_in, n_out);
+    for (const int64_t n_rows : {1, 3, 8, 9, 33, 70}) {
+      const auto x = test::random_floats(n_rows * n_in, rng);
+      const auto dx = test::to_device(x);
+      const auto dy = test::to_device(std::vector<float>(static_cast<size_t>(n_rows * n_out), NAN));
+      matmul(w, dx.as<float>(), n_rows, dy.as<float>(), nullptr);
+      const auto y = test::to_host<float>(dy, static_cast<size_t>(n_rows * n_out));
+      const double err = test::normalized_error(y, reference(m, x, n_rows, n_in, n_out));
+      EXPECT_LE(err, 1e-5) << "n_in " << n_in << " n_rows " << n_rows;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllGpuTypes, MatmulCudaTest, ::testing::ValuesIn(test::computable_types()),
+                         type_name);
+
+TEST(MatmulCuda, PaddedRowsAndOwnStream) {
+  MOE_REQUIRE_GPU();
+  std::mt19937 rng(std::random_device{}());
+  const int64_t n_in = 512, n_out = 129;
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16}) {
+    const HostMatrix m = random_matrix(type, n_in, n_out, 64, rng);
+    const auto dw = test::to_device(m.bytes);
+    DeviceMatrix w = make_device_matrix(type, dw.get(), n_in, n_out);
+    w.row_bytes = m.row_bytes;  // a view with padded rows
+    cudaStream_t stream = nullptr;
+    MOE_CUDA_CHECK(cudaStreamCreate(&stream));
+    for (const int64_t n_rows : {2, 65}) {
+      const auto x = test::random_floats(n_rows * n_in, rng);
+      const auto dx = test::to_device(x);
+      cuda::DeviceBuffer dy(static_cast<size_t>(n_rows * n_out) * sizeof(float));
+      matmul(w, dx.as<float>(), n_rows, dy.as<float>(), stream);
+      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto y = test::to_host<float>(dy, static_cast<size_t>(n_rows * n_out));
+      EXPECT_LE(test::normalized_error(y, reference(m, x, n_rows, n_in, n_out)), 1e-5)
+          << ggml_type_label(static_cast<uint32_t>(type)) << " rows " << n_rows;
+    }
+    MOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
+
+// Host-side argument checks: they throw before any CUDA call, so they run without a GPU too.
+TEST(MatmulCuda, RejectsUnsupportedTypesAndBadShapes) {
+  const void* fake = reinterpret_cast<const void*>(uintptr_t{0x10000});
+  for (const GgmlType t : test::computable_types()) EXPECT_TRUE(cuda_type_supported(t));
+  for (const GgmlType t : {GgmlType::IQ2_XXS, GgmlType::Q8_1, GgmlType::Q8_K, GgmlType::I32}) {
+    EXPECT_FALSE(cuda_type_supported(t));
+    test::expect_error([&] { make_device_matrix(t, fake, 256, 1); }, "not supported on the GPU");
+  }
+  test::expect_error([&] { make_device_matrix(GgmlType::Q4_K, fake, 128, 1); }, "multiple");
+  test::expect_error([&] { make_device_matrix(GgmlType::Q8_0, fake, 0, 1); }, "multiple");
+  test::expect_error([&] { make_device_matrix(GgmlType::Q8_0, fake, 32, 0); }, "n_out");
+  test::expect_error([&] { make_device_matrix(GgmlType::Q8_0, nullptr, 32, 1); }, "null");
+  const void* odd = reinterpret_cast<const void*>(uintptr_t{0x10002});
+  test::expect_error([&] { make_device_matrix(GgmlType::Q4_K, odd, 256, 1); }, "aligned");
+  EXPECT_NO_THROW(make_device_matrix(GgmlType::Q8_0, odd, 32, 1));  // 2-byte blocks
+
+  const DeviceMatrix w = make_device_matrix(GgmlType::Q4_K, fake, 256, 3);
+  float* fx = reinterpret_cast<float*>(uintptr_t{0x20000});
+  test::expect_error([&] { matmul(w, fx, 0, fx, nullptr); }, "n_rows");
+  test::expect_error([&] { matmul(w, nullptr, 1, fx, nullptr); }, "null");
+  DeviceMatrix short_rows = w;
+  short_rows.row_bytes = 100;
+  test::expect_error([&] { matmul(short_rows, fx, 1, fx, nullptr); }, "row_bytes");
+}
+
+}  // namespace
+}  // namespace moe::cuda
