@@ -62,6 +62,47 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(test::computa
                            return std::string(ggml_type_info_or_throw(p.param).name);
                          });
 
+// matmul_batch: many small products of mixed types in one dispatch, each bit-identical to
+// matmul() on its own (the CPU expert executor relies on that for decode).
+TEST(MatmulBatch, EqualsOneMatmulPerJob) {
+  std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16};
+  std::vector<std::vector<uint8_t>> weights;
+  std::vector<std::vector<float>> xs;
+  std::vector<std::vector<float>> ys, want;
+  std::vector<MatmulJob> jobs;
+  const int64_t n_in = 512;
+  for (int j = 0; j < 9; ++j) {
+    const GgmlType type = types[j % 4];
+    const int64_t n_out = 37 + 61 * j;  // odd, and some large enough to split into tasks
+    const int64_t rows = 1 + j % 8;
+    std::vector<uint8_t> wb;
+    for (int64_t o = 0; o < n_out; ++o) {
+      const auto row = test::random_row(type, n_in, rng);
+      wb.insert(wb.end(), row.begin(), row.end());
+    }
+    weights.push_back(std::move(wb));
+    xs.push_back(test::random_floats(n_in * rows, rng));
+    ys.emplace_back(static_cast<size_t>(rows * n_out), NAN);
+    want.emplace_back(static_cast<size_t>(rows * n_out), NAN);
+    jobs.push_back({make_weight_matrix(type, weights.back().data(), n_in, n_out), xs.back().data(),
+                    rows, ys.back().data()});
+  }
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  matmul_batch(jobs, pool, scratch, best_isa());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    matmul(jobs[j].w, jobs[j].x, jobs[j].n_rows, want[j].data(), pool, scratch, best_isa());
+    for (size_t i = 0; i < want[j].size(); ++i) {
+      ASSERT_EQ(ys[j][i], want[j][i]) << "job " << j << " element " << i;
+    }
+  }
+  MatmulJob too_many = jobs[0];
+  too_many.n_rows = kMaxActRows + 1;
+  EXPECT_THROW(matmul_batch(std::span<const MatmulJob>(&too_many, 1), pool, scratch, best_isa()),
+               Error);
+}
+
 TEST(Matmul, RejectsUnsupportedTypesAndShapes) {
   uint8_t dummy[256] = {};
   EXPECT_THROW(make_weight_matrix(GgmlType::IQ2_XXS, dummy, 256, 1), Error);

@@ -39,6 +39,14 @@ class CpuExpertExecutor final : public ExpertExecutor {
   struct ExpertWeights {
     cpu::WeightMatrix gate, up, down;
   };
+  // Decode-sized batches (every expert <= kMaxActRows rows): two pool dispatches per layer.
+  void run_small(const std::vector<ExpertWeights>& experts, const float* x,
+                 std::span<const ExpertItem> items);
+  // Prefill: per expert, its weights read once for all of its rows.
+  void run_grouped(const std::vector<ExpertWeights>& experts, const float* x,
+                   std::span<const ExpertItem> items);
+  static void swiglu(float* g, const float* u, int64_t n);
+
   std::vector<std::vector<ExpertWeights>> layers_;  // [layer][expert]
   int64_t n_embd_, n_ff_, n_expert_;
   cpu::ThreadPool& pool_;
@@ -47,6 +55,7 @@ class CpuExpertExecutor final : public ExpertExecutor {
   // Grow-only buffers: after the largest batch has been seen, run() allocates nothing.
   std::vector<int32_t> count_, offset_, order_;
   std::vector<float> xg_, g_, u_, item_out_;
+  std::vector<cpu::MatmulJob> jobs_;
 };
 
 // The executor for every MoE layer of `f` on `pool` with the best ISA here: what the model uses

@@ -94,4 +94,49 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
   });
 }
 
+void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScratch& scratch,
+                  Isa isa) {
+  size_t act_total = 0;
+  for (const MatmulJob& j : jobs) {
+    if (j.n_rows < 1 || j.n_rows > kMaxActRows) {
+      throw Error("matmul_batch: " + std::to_string(j.n_rows) + " rows (1 to " +
+                  std::to_string(kMaxActRows) + " per job)");
+    }
+    if (!vec_dot_kernel(j.w.type, isa)) {
+      throw Error("matmul: no kernel for " + ggml_type_label(static_cast<uint32_t>(j.w.type)));
+    }
+    act_total += act_row_bytes(act_format_for(j.w.type), j.w.n_in) * static_cast<size_t>(j.n_rows);
+  }
+  auto* act = static_cast<unsigned char*>(scratch.reserve(act_total));
+  std::vector<MatmulScratch::BatchTask>& tasks = scratch.tasks_;
+  tasks.clear();  // keeps its capacity: no allocation once the largest batch was seen
+  size_t offset = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const MatmulJob& j = jobs[i];
+    const ActFormat fmt = act_format_for(j.w.type);
+    const size_t act_bytes = act_row_bytes(fmt, j.w.n_in);
+    for (int64_t r = 0; r < j.n_rows; ++r) {
+      quantize_act_row_ref(fmt, j.x + r * j.w.n_in, act + offset + r * act_bytes, j.w.n_in);
+    }
+    const int64_t per_task = rows_per_task(j.w.row_bytes, kGemvTaskBytes);
+    for (int64_t o = 0; o < j.w.n_out; o += per_task) {
+      tasks.push_back({i, o, std::min(j.w.n_out, o + per_task), offset});
+    }
+    offset += act_bytes * static_cast<size_t>(j.n_rows);
+  }
+  pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
+    const MatmulScratch::BatchTask& task = tasks[static_cast<size_t>(t)];
+    const MatmulJob& j = jobs[task.job];
+    const VecDotFn dot = vec_dot_kernel(j.w.type, isa);
+    const size_t act_bytes = act_row_bytes(act_format_for(j.w.type), j.w.n_in);
+    const auto* wbytes = static_cast<const unsigned char*>(j.w.data);
+    float out[kMaxActRows];
+    for (int64_t o = task.o_begin; o < task.o_end; ++o) {
+      dot(j.w.n_in, wbytes + o * j.w.row_bytes, act + task.act_offset, act_bytes,
+          static_cast<int>(j.n_rows), out);
+      for (int64_t r = 0; r < j.n_rows; ++r) j.y[r * j.w.n_out + o] = out[r];
+    }
+  });
+}
+
 }  // namespace moe::cpu

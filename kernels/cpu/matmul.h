@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/ggml_type.h"
@@ -25,18 +26,41 @@ struct WeightMatrix {
 // Builds a WeightMatrix, checking that the type is computable and n_in fits its block size.
 WeightMatrix make_weight_matrix(GgmlType type, const void* data, int64_t n_in, int64_t n_out);
 
-// Reusable buffer for converted activations, so steady-state calls allocate nothing.
+// One product of a batch for matmul_batch: y = W·x for n_rows (1..kMaxActRows) rows.
+struct MatmulJob {
+  WeightMatrix w;
+  const float* x = nullptr;
+  int64_t n_rows = 0;
+  float* y = nullptr;
+};
+
+// Reusable buffers for converted activations and batch tasks, so steady-state calls allocate
+// nothing.
 class MatmulScratch {
  public:
   void* reserve(size_t bytes);
 
  private:
+  friend void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool,
+                           MatmulScratch& scratch, Isa isa);
+  struct BatchTask {
+    size_t job = 0;
+    int64_t o_begin = 0, o_end = 0;
+    size_t act_offset = 0;
+  };
   std::vector<unsigned char> buf_;
+  std::vector<BatchTask> tasks_;
 };
 
 // y[r * n_out + o] = sum_i W[o, i] * x[r * n_in + i] for r < n_rows (x, y row-major, float32).
 // Activations are first converted to act_format_for(W.type), as llama.cpp does.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
             MatmulScratch& scratch, Isa isa);
+
+// Several independent GEMVs (each job 1..kMaxActRows rows) in one dispatch of the pool: a decode
+// step's experts are many small matrices, and one wake-up of every thread per matrix cost more
+// than the products. Each job's result is bit-identical to matmul() on it.
+void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScratch& scratch,
+                  Isa isa);
 
 }  // namespace moe::cpu
