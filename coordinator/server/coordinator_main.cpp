@@ -31,6 +31,8 @@
 #include "coordinator/engine/layer_stats.h"
 #include "coordinator/engine/worker_pool_experts.h"
 #include "coordinator/engine/worker_registry.h"
+#include "coordinator/gpu/gpu_cli.h"
+#include "coordinator/gpu/model_factory.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/http/metrics.h"
 #include "coordinator/model/cpu_expert_executor.h"
@@ -67,6 +69,7 @@ struct Args {
   size_t http_max_body = 8u << 20;
   int http_threads = 32;
   bool prefetch = true;
+  gpu::GpuOptions gpu;
 };
 
 std::atomic<bool> g_shutdown{false};
@@ -199,11 +202,17 @@ int run(const Args& a) {
     experts = model::cpu_experts_for(file, pool);
   }
   engine::LayerStats layer_stats(cfg.n_layer);
-  auto model = model::create_model_arch(
-      file, pool, std::make_unique<engine::InstrumentedExperts>(std::move(experts), layer_stats));
+  const int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
+  gpu::GpuOptions gpu_opt = a.gpu;
+  gpu_opt.n_ctx = n_ctx;
+  std::string model_placement;
+  auto model = gpu::create_model(
+      file, pool, std::make_unique<engine::InstrumentedExperts>(std::move(experts), layer_stats),
+      gpu_opt, &model_placement);
+  log(model_placement);
 
   engine::EngineOptions eo;
-  eo.n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
+  eo.n_ctx = n_ctx;
   eo.k_type = model::parse_kv_type(a.ctk);
   eo.v_type = model::parse_kv_type(a.ctv);
   eo.queue_capacity = a.queue_size;
@@ -311,6 +320,7 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-prefetch", a.prefetch,
                "do not read the weights into the page cache at start (they are then faulted in "
                "by the first requests)");
+  gpu::add_gpu_options(app, a.gpu);
   app.add_option("--max-rpc-threads", a.max_rpc_threads, "gRPC server threads (default 64)")
       ->check(CLI::Range(4, 4096));
   std::vector<std::string> storage;

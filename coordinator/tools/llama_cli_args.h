@@ -9,14 +9,17 @@ namespace moe::tools {
 
 inline const std::vector<std::string> kKvCacheTypes = {"f32", "f16", "q8_0", "q4_0"};
 
-// argv with -ctk/-ctv replaced by --cache-type-k/--cache-type-v. `storage` owns the strings the
-// returned pointers refer to.
+// argv with llama.cpp's multi-letter short flags (-ctk, -ctv, -ngl, -cmoe, -ncmoe) replaced by
+// their long names. `storage` owns the strings the returned pointers refer to.
 inline std::vector<char*> llama_style_argv(int argc, char** argv,
                                            std::vector<std::string>& storage) {
   storage.assign(argv, argv + argc);
   for (auto& s : storage) {
     if (s == "-ctk") s = "--cache-type-k";
     if (s == "-ctv") s = "--cache-type-v";
+    if (s == "-ngl") s = "--n-gpu-layers";
+    if (s == "-cmoe") s = "--cpu-moe";
+    if (s == "-ncmoe") s = "--n-cpu-moe";
   }
   std::vector<char*> out;
   for (auto& s : storage) out.push_back(s.data());

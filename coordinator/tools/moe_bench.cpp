@@ -19,6 +19,8 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "coordinator/gpu/gpu_cli.h"
+#include "coordinator/gpu/model_factory.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/model/remote_expert_executor.h"
@@ -41,6 +43,7 @@ struct Args {
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
   int pool_spin = moe::cpu::ThreadPool::kDefaultSpin;  // both processes' pools
+  moe::gpu::GpuOptions gpu;
 };
 
 struct Result {
@@ -116,7 +119,12 @@ int run(const Args& a) {
   std::unique_ptr<ExpertExecutor> experts;
   if (a.experts == "process") experts = start_worker(a, file, threads, share_cores);
   moe::cpu::ThreadPool pool(threads, {}, a.pool_spin);
-  auto model = create_model_arch(file, pool, std::move(experts));
+  moe::gpu::GpuOptions gpu = a.gpu;
+  gpu.n_ctx = std::max<int64_t>(1, a.n_prompt + a.n_gen);
+  std::string placement;
+  auto model = moe::gpu::create_model(file, pool, std::move(experts), gpu, &placement);
+  std::fprintf(stderr, "moe-bench: %s\n", placement.c_str());
+  const std::string backend = a.gpu.n_gpu_layers > 0 ? "CUDA" : "CPU";
   const ModelConfig& cfg = model->config();
   uint64_t bytes = 0, params = 0;
   for (const auto& t : file.tensors()) {
@@ -171,7 +179,8 @@ int run(const Args& a) {
                      {"model_type", std::string(model->name())},
                      {"model_size", bytes},
                      {"model_n_params", params},
-                     {"backend", "CPU"},
+                     {"backend", backend},
+                     {"n_gpu_layers", a.gpu.n_gpu_layers},
                      {"n_threads", threads},
                      {"type_k", a.ctk},
                      {"type_v", a.ctv},
@@ -189,9 +198,10 @@ int run(const Args& a) {
   std::printf("| model | size | params | backend | threads | test | t/s |\n");
   std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
   for (const Result& r : results) {
-    std::printf("| %s | %.2f %s | %s | CPU | %d | %s | %.2f ± %.2f |\n", name.c_str(),
+    std::printf("| %s | %.2f %s | %s | %s | %d | %s | %.2f ± %.2f |\n", name.c_str(),
                 gib >= 1.0 ? gib : gib * 1024.0, gib >= 1.0 ? "GiB" : "MiB",
-                format_params(params).c_str(), threads, r.test.c_str(), r.median, r.stddev);
+                format_params(params).c_str(), backend.c_str(), threads, r.test.c_str(), r.median,
+                r.stddev);
   }
   return 0;
 }
@@ -229,6 +239,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--worker-bin", a.worker_bin,
                  "moe-cpu-worker binary (default: the one next to moe-bench)");
+  moe::gpu::add_gpu_options(app, a.gpu);
   try {
     app.parse(static_cast<int>(argv_p.size()), argv_p.data());
     if (a.n_prompt == 0 && a.n_gen == 0) throw CLI::ValidationError("-p and -n are both 0");

@@ -13,6 +13,8 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "coordinator/gpu/gpu_cli.h"
+#include "coordinator/gpu/model_factory.h"
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
@@ -35,6 +37,7 @@ struct Args {
   bool has_prompt = false;
   bool add_generation_prompt = false, no_thinking = false, thinking = false;
   moe::tools::SamplingFlags sampling;
+  moe::gpu::GpuOptions gpu;
 };
 
 int resolve_threads(int t) {
@@ -83,6 +86,7 @@ int run_text(const Args& a) {
   g.ctv = a.ctv;
   g.prompt = a.prompt;
   g.n_predict = a.n_predict;
+  g.gpu = a.gpu;
   return moe::tools::run_generate(g);
 }
 
@@ -91,7 +95,11 @@ int run(const Args& a) {
   if (!a.apply_template.empty() || a.has_prompt) return run_text(a);
   const auto file = moe::gguf::GgufFile::open(a.model);
   moe::cpu::ThreadPool pool(resolve_threads(a.threads));
-  auto model = create_model_arch(file, pool);
+  moe::gpu::GpuOptions gpu = a.gpu;
+  if (a.n_ctx > 0) gpu.n_ctx = a.n_ctx;
+  std::string placement;
+  auto model = moe::gpu::create_model(file, pool, nullptr, gpu, &placement);
+  if (gpu.n_gpu_layers > 0) std::fprintf(stderr, "moe-run: %s\n", placement.c_str());
   const ModelConfig& cfg = model->config();
   const int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
   KvCache cache = model->make_cache(n_ctx, parse_kv_type(a.ctk), parse_kv_type(a.ctv));
@@ -158,6 +166,7 @@ int main(int argc, char** argv) {
                  "tokens to generate with -p (-1: until context full)")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24));
   a.sampling.add_options(app);
+  moe::gpu::add_gpu_options(app, a.gpu);
   app.add_option("--tools", a.tools, "--apply-template: tool definitions (JSON array)");
   app.add_flag("--add-generation-prompt", a.add_generation_prompt,
                "--apply-template: end with the assistant turn's opening");

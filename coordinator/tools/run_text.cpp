@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/gguf.h"
 #include "coordinator/chat_template/chat_template.h"
+#include "coordinator/gpu/model_factory.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/sampling/sampler.h"
@@ -103,7 +104,11 @@ int run_generate(const GenerateArgs& a) {
   if (prompt.empty()) throw moe::Error("the prompt is empty");
 
   moe::cpu::ThreadPool pool(a.threads);
-  auto model = create_model_arch(file, pool);
+  moe::gpu::GpuOptions gpu = a.gpu;
+  if (a.n_ctx > 0) gpu.n_ctx = a.n_ctx;
+  std::string placement;
+  auto model = moe::gpu::create_model(file, pool, nullptr, gpu, &placement);
+  if (gpu.n_gpu_layers > 0) std::fprintf(stderr, "%s\n", placement.c_str());
   const ModelConfig& cfg = model->config();
   const auto n_prompt = static_cast<int64_t>(prompt.size());
   int64_t n_ctx = a.n_ctx;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/gpu/gpu_options.h"
 #include "coordinator/sampling/sampler_params.h"
 
 namespace moe::tools {
@@ -33,6 +34,7 @@ struct GenerateArgs {
   std::string prompt;
   int64_t n_predict = -1;  // -1 = until the context is full
   moe::sampling::SamplingParams sampling;
+  moe::gpu::GpuOptions gpu;
 };
 
 // Streams the generated text to stdout, timings to stderr. Returns the exit code.

@@ -1,0 +1,155 @@
+#include "coordinator/gpu/expert_residency.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/error.h"
+#include "coordinator/model/tensor_table.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace moe::gpu {
+namespace {
+
+// Sub-matrices start on 256-byte boundaries so device loads of any width stay aligned.
+size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }
+
+size_t expert_bytes(const gguf::TensorInfo& t) {
+  const cpu::WeightMatrix w = model::expert_matrix(t, 0);
+  return static_cast<size_t>(w.n_out) * w.row_bytes;
+}
+
+}  // namespace
+
+ExpertResidency::ExpertResidency(VramBudget& budget,
+                                 const std::vector<model::ExpertLayerTensors>& layers,
+                                 const std::vector<bool>& gpu_home, int64_t n_expert,
+                                 uint64_t pool_bytes)
+    : layers_(layers), gpu_home_(gpu_home), n_expert_(n_expert) {
+  const auto n_layer = static_cast<int64_t>(layers.size());
+  if (gpu_home_.size() != layers.size()) throw Error("expert residency: layer count mismatch");
+  table_.assign(static_cast<size_t>(n_layer * n_expert), ResidentExpert{});
+  counts_.assign(table_.size(), 0);
+  layout_.resize(layers.size());
+
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const model::ExpertLayerTensors& t = layers[static_cast<size_t>(l)];
+    const size_t g = expert_bytes(*t.gate), u = expert_bytes(*t.up), d = expert_bytes(*t.down);
+    if (!gpu_home_[static_cast<size_t>(l)]) {
+      ++n_cpu_layers_;
+      layout_[static_cast<size_t>(l)] = {align_up(g), align_up(g) + align_up(u)};
+      slot_bytes_ = std::max<uint64_t>(slot_bytes_, align_up(g) + align_up(u) + align_up(d));
+      continue;
+    }
+    // The whole layer in VRAM, in the file's layout (expert e at e * per-expert bytes).
+    const std::string p = "layer " + std::to_string(l) + " experts";
+    VramBuffer bg = budget.allocate(t.gate->n_bytes, VramUse::Experts, p + " (gate)");
+    VramBuffer bu = budget.allocate(t.up->n_bytes, VramUse::Experts, p + " (up)");
+    VramBuffer bd = budget.allocate(t.down->n_bytes, VramUse::Experts, p + " (down)");
+    MOE_CUDA_CHECK(cudaMemcpy(bg.get(), t.gate->data, t.gate->n_bytes, cudaMemcpyHostToDevice));
+    MOE_CUDA_CHECK(cudaMemcpy(bu.get(), t.up->data, t.up->n_bytes, cudaMemcpyHostToDevice));
+    MOE_CUDA_CHECK(cudaMemcpy(bd.get(), t.down->data, t.down->n_bytes, cudaMemcpyHostToDevice));
+    for (int64_t e = 0; e < n_expert; ++e) {
+      const auto off = static_cast<size_t>(e);
+      table_[static_cast<size_t>(l * n_expert + e)] = {bg.as<unsigned char>() + off * g,
+                                                       bu.as<unsigned char>() + off * u,
+                                                       bd.as<unsigned char>() + off * d};
+    }
+    layer_bufs_.push_back(std::move(bg));
+    layer_bufs_.push_back(std::move(bu));
+    layer_bufs_.push_back(std::move(bd));
+  }
+
+  if (n_cpu_layers_ < n_layer) {
+    std::vector<const void*> host(table_.size() * 3, nullptr);
+    for (size_t i = 0; i < table_.size(); ++i) {
+      host[3 * i] = table_[i].gate;
+      host[3 * i + 1] = table_[i].up;
+      host[3 * i + 2] = table_[i].down;
+    }
+    tables_ = budget.allocate(host.size() * sizeof(void*), VramUse::Experts, "expert tables");
+    MOE_CUDA_CHECK(cudaMemcpy(tables_.get(), host.data(), host.size() * sizeof(void*),
+                              cudaMemcpyHostToDevice));
+  }
+
+  if (n_cpu_layers_ > 0 && pool_bytes >= slot_bytes_ && slot_bytes_ > 0) {
+    // No point in more slots than there are CPU-homed experts.
+    n_slots_ =
+        std::min<int64_t>(static_cast<int64_t>(pool_bytes / slot_bytes_), n_cpu_layers_ * n_expert);
+    pool_ = budget.allocate(static_cast<size_t>(n_slots_) * slot_bytes_, VramUse::Pool,
+                            "resident expert pool (" + std::to_string(n_slots_) + " slots)");
+    slot_owner_.assign(static_cast<size_t>(n_slots_), -1);
+  }
+}
+
+int64_t ExpertResidency::pool_filled() const {
+  return std::count_if(slot_owner_.begin(), slot_owner_.end(), [](int64_t o) { return o >= 0; });
+}
+
+void ExpertResidency::upload(int64_t layer, int64_t expert, int64_t slot) {
+  const model::ExpertLayerTensors& t = layers_[static_cast<size_t>(layer)];
+  const SlotLayout& lay = layout_[static_cast<size_t>(layer)];
+  unsigned char* base = pool_.as<unsigned char>() + static_cast<size_t>(slot) * slot_bytes_;
+  const cpu::WeightMatrix g = model::expert_matrix(*t.gate, expert);
+  const cpu::WeightMatrix u = model::expert_matrix(*t.up, expert);
+  const cpu::WeightMatrix d = model::expert_matrix(*t.down, expert);
+  MOE_CUDA_CHECK(
+      cudaMemcpy(base, g.data, static_cast<size_t>(g.n_out) * g.row_bytes, cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(cudaMemcpy(base + lay.up, u.data, static_cast<size_t>(u.n_out) * u.row_bytes,
+                            cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(cudaMemcpy(base + lay.down, d.data, static_cast<size_t>(d.n_out) * d.row_bytes,
+                            cudaMemcpyHostToDevice));
+  table_[static_cast<size_t>(layer * n_expert_ + expert)] = {base, base + lay.up, base + lay.down};
+}
+
+int64_t ExpertResidency::refill() {
+  if (n_slots_ == 0) return 0;
+  // Rank the CPU-homed experts by routing count.
+  std::vector<int64_t> cand;
+  for (int64_t i = 0; i < static_cast<int64_t>(table_.size()); ++i) {
+    if (!gpu_home_[static_cast<size_t>(i / n_expert_)]) cand.push_back(i);
+  }
+  const auto keep = static_cast<size_t>(std::min<int64_t>(n_slots_, std::ssize(cand)));
+  std::stable_sort(cand.begin(), cand.end(), [&](int64_t a, int64_t b) {
+    return counts_[static_cast<size_t>(a)] > counts_[static_cast<size_t>(b)];
+  });
+  std::vector<char> wanted(table_.size(), 0);
+  for (size_t i = 0; i < keep; ++i) wanted[static_cast<size_t>(cand[i])] = 1;
+  // Free the slots whose owner is no longer wanted, then place the newcomers.
+  std::vector<int64_t> free_slots;
+  for (int64_t s = 0; s < n_slots_; ++s) {
+    const int64_t o = slot_owner_[static_cast<size_t>(s)];
+    if (o >= 0 && wanted[static_cast<size_t>(o)]) {
+      wanted[static_cast<size_t>(o)] = 0;  // already resident
+      continue;
+    }
+    if (o >= 0) table_[static_cast<size_t>(o)] = ResidentExpert{};
+    slot_owner_[static_cast<size_t>(s)] = -1;
+    free_slots.push_back(s);
+  }
+  int64_t copied = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    const int64_t id = cand[i];
+    if (!wanted[static_cast<size_t>(id)]) continue;
+    const int64_t s = free_slots[static_cast<size_t>(copied)];
+    upload(id / n_expert_, id % n_expert_, s);
+    slot_owner_[static_cast<size_t>(s)] = id;
+    ++copied;
+  }
+  return copied;
+}
+
+std::string ExpertResidency::summary() const {
+  const auto n_layer = static_cast<int64_t>(layers_.size());
+  std::string s = std::to_string(n_layer - n_cpu_layers_) + "/" + std::to_string(n_layer) +
+                  " layers' experts in VRAM";
+  if (n_cpu_layers_ > 0) {
+    s += ", " + std::to_string(n_cpu_layers_) + " on the CPU";
+    s += n_slots_ > 0
+             ? " with a pool of " + std::to_string(n_slots_) + " expert slots (" +
+                   std::to_string(mib(slot_bytes_ * static_cast<uint64_t>(n_slots_))) + " MiB)"
+             : " (no VRAM pool)";
+  }
+  return s;
+}
+
+}  // namespace moe::gpu

@@ -1,0 +1,31 @@
+// The GPU flags, declared once for every tool (moe-run, moe-bench, moe-coordinator).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "coordinator/gpu/gpu_options.h"
+
+namespace moe::gpu {
+
+inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
+  app.add_option("--n-gpu-layers", o.n_gpu_layers,
+                 "-ngl N: layers on the GPU (0: CPU only; >= the layer count: attention, norms, "
+                 "router, output head and KV cache in VRAM, e.g. -ngl 99)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--main-gpu", o.device, "CUDA device index (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--vram-budget-mib", o.vram_budget_mib,
+                 "cap on everything allocated on the GPU, in MiB (default: free VRAM at start)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--cpu-moe", o.cpu_moe, "-cmoe: home every layer's routed experts on the CPU");
+  app.add_option("--n-cpu-moe", o.n_cpu_moe,
+                 "-ncmoe N: home the routed experts of the first N layers on the CPU")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--moe-resident-mib", o.moe_resident_mib,
+                 "VRAM pool (MiB) of whole experts copied from the CPU-homed ones, computed on "
+                 "the GPU when routed (default: auto, what the budget leaves minus a reserve; 0: "
+                 "off)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace moe::gpu

@@ -1,0 +1,32 @@
+// Where the model's parts live on a GPU machine, with llama.cpp's flag names where users know
+// them (-ngl, -cmoe, -ncmoe). Plain data: tools that are built without CUDA parse it too and
+// report a clear error when it asks for a GPU.
+#pragma once
+
+#include <cstdint>
+
+namespace moe::gpu {
+
+struct GpuOptions {
+  // -ngl: 0 keeps everything on the CPU; >= the model's layer count puts attention, norms,
+  // router, output head and the KV cache of every layer in VRAM (partial offload is refused).
+  int64_t n_gpu_layers = 0;
+  int device = 0;
+  // Cap on everything allocated on the GPU; 0 = the device's free memory at start.
+  int64_t vram_budget_mib = 0;
+  // -cmoe: every layer's routed experts are homed on the CPU.
+  bool cpu_moe = false;
+  // -ncmoe N: the routed experts of the first N layers are homed on the CPU (llama.cpp's
+  // --n-cpu-moe keeps the first N layers' MoE weights in host memory).
+  int64_t n_cpu_moe = 0;
+  // Pool of whole-expert slots for CPU-homed experts: < 0 = auto (what the budget leaves after
+  // everything else and a reserve), 0 = no pool, > 0 = that many MiB.
+  int64_t moe_resident_mib = -1;
+  // Context per sequence the KV cache is sized for when the pool is sized automatically.
+  int64_t n_ctx = 4096;
+};
+
+// Headroom left free when the pool is sized automatically: prefill scratch grows with the batch.
+inline constexpr int64_t kAutoPoolReserveMib = 512;
+
+}  // namespace moe::gpu

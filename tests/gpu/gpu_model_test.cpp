@@ -1,0 +1,293 @@
+// The GPU forward (-ngl) on every tiny-qwen3moe-sv model and both golden prompts, with routing
+// forced to llama.cpp's experts and teacher-forced decode steps (README §7 of the test data):
+// logits within the same bounds as the CPU golden test, against the goldens and against our CPU
+// path, in three placements: every expert in VRAM; every expert on the CPU (-cmoe, no pool);
+// the first two layers' experts on the CPU with a small VRAM pool, so one layer mixes GPU hits
+// and CPU misses. Also the clear errors of the GPU path. Skips, saying why, without a device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/gguf.h"
+#include "coordinator/gpu/qwen3moe_gpu.h"
+#include "coordinator/model/forced_routing.h"
+#include "coordinator/model/generation.h"
+#include "coordinator/model/model_arch.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tests/testdata.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace moe::model;
+using moe::gpu::GpuOptions;
+using moe::gpu::Qwen3MoeGpu;
+
+const std::vector<std::string> kModels = {"F16",    "Q8_0",   "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0",
+                                          "IQ4_XS", "Q3_K_M", "Q2_K", "Q2_0",   "UD-mix"};
+
+std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(err);
+  if (n == 0) return "no CUDA device";
+  return {};
+}
+
+#define REQUIRE_GPU()                                       \
+  do {                                                      \
+    const std::string why = no_device_reason();             \
+    if (!why.empty()) GTEST_SKIP() << why << " (GPU test)"; \
+  } while (0)
+
+struct Diff {
+  double max = 0, sumsq = 0;
+  int64_t n = 0;
+  void add(const float* a, const float* b, int64_t m) {
+    for (int64_t i = 0; i < m; ++i) {
+      const double d = static_cast<double>(a[i]) - b[i];
+      max = std::max(max, std::fabs(d));
+      sumsq += d * d;
+    }
+    n += m;
+  }
+  double rms() const { return n ? std::sqrt(sumsq / static_cast<double>(n)) : 0; }
+};
+
+// Prompt logits (every row) then one row per teacher-forced decode step.
+std::vector<float> run_forced(ModelArch& m, const fs::path& dir, KvType kv) {
+  using moe::test::read_raw;
+  const auto prompt = read_raw<int32_t>(dir / "prompt_tokens.i32");
+  const auto greedy = read_raw<int32_t>(dir / "greedy_tokens.i32");
+  const ModelConfig& cfg = m.config();
+  ForcedRouting forced(dir.string(), cfg.n_layer, cfg.n_expert_used);
+  const ForwardHooks hooks = forced.hooks();
+  KvCache cache = m.make_cache(512, kv, kv);
+  std::vector<float> out = evaluate_batch(m, cache, prompt, &hooks);
+  std::vector<float> row(static_cast<size_t>(cfg.n_vocab));
+  for (size_t s = 0; s + 1 < greedy.size(); ++s) {
+    m.forward(std::span<const int32_t>(&greedy[s], 1), cache, LogitsMode::Last, row.data(), &hooks);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+std::vector<float> golden_rows(const fs::path& dir) {
+  using moe::test::read_raw;
+  std::vector<float> g = read_raw<float>(dir / "prompt_logits.f32");
+  const std::vector<float> greedy = read_raw<float>(dir / "greedy_logits.f32");
+  // greedy row 0 is the last prompt row; rows 1.. come from the decode steps.
+  const size_t V = greedy.size() / read_raw<int32_t>(dir / "greedy_tokens.i32").size();
+  g.insert(g.end(), greedy.begin() + static_cast<std::ptrdiff_t>(V), greedy.end());
+  return g;
+}
+
+struct Placement {
+  const char* name;
+  bool cpu_moe;
+  int64_t n_cpu_moe;
+  int64_t resident_mib;
+};
+const Placement kPlacements[] = {
+    {"all experts in VRAM", false, 0, 0},
+    {"-cmoe, no pool", true, 0, 0},
+    {"-ncmoe 2, 1 MiB pool", false, 2, 1},
+};
+
+GpuOptions options(const Placement& p) {
+  GpuOptions o;
+  o.n_gpu_layers = 99;
+  o.cpu_moe = p.cpu_moe;
+  o.n_cpu_moe = p.n_cpu_moe;
+  o.moe_resident_mib = p.resident_mib;
+  o.n_ctx = 512;
+  return o;
+}
+
+class GpuGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuGolden, MatchesGoldensAndCpuPath) {
+  REQUIRE_GPU();
+  const std::string stem = "tiny-qwen3moe-sv-" + GetParam();
+  const fs::path root = moe::test::testdata_dir();
+  const fs::path path = root / "models" / (stem + ".gguf");
+  // scripts/gpu-check carries a few models per call (the GPU machine takes 64 MiB of files).
+  if (!fs::exists(path)) GTEST_SKIP() << stem << " is not in this data set (" << root << ")";
+  const auto file = moe::gguf::GgufFile::open(path.string());
+  moe::cpu::ThreadPool pool(2);
+  auto cpu = create_model_arch(file, pool);
+  const bool f16 = GetParam() == "F16";
+  // The CPU golden test's bounds for exact-arithmetic implementations (README §7).
+  const double tol_max = f16 ? 0.05 : 0.6, tol_rms = f16 ? 0.01 : 0.1;
+  for (const char* prompt : {"raw", "chat"}) {
+    const fs::path dir = root / "golden" / stem / prompt;
+    const std::vector<float> gold = golden_rows(dir);
+    const std::vector<float> ref = run_forced(*cpu, dir, KvType::F32);
+    ASSERT_EQ(ref.size(), gold.size());
+    for (const Placement& p : kPlacements) {
+      SCOPED_TRACE(stem + "/" + prompt + " [" + p.name + "]");
+      Qwen3MoeGpu gpu(file, pool, nullptr, options(p));
+      const std::vector<float> got = run_forced(gpu, dir, KvType::F32);
+      ASSERT_EQ(got.size(), gold.size());
+      Diff vs_gold, vs_cpu;
+      vs_gold.add(got.data(), gold.data(), static_cast<int64_t>(got.size()));
+      vs_cpu.add(got.data(), ref.data(), static_cast<int64_t>(got.size()));
+      std::printf("%-28s %-4s %-22s vs golden max %.4f rms %.5f | vs CPU max %.4f rms %.5f\n",
+                  stem.c_str(), prompt, p.name, vs_gold.max, vs_gold.rms(), vs_cpu.max,
+                  vs_cpu.rms());
+      EXPECT_LE(vs_gold.max, tol_max);
+      EXPECT_LE(vs_gold.rms(), tol_rms);
+      EXPECT_LE(vs_cpu.max, tol_max);
+      EXPECT_LE(vs_cpu.rms(), tol_rms);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, GpuGolden, ::testing::ValuesIn(kModels), [](const auto& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+});
+
+fs::path model_path(const std::string& q) {
+  return moe::test::testdata_dir() / "models" / ("tiny-qwen3moe-sv-" + q + ".gguf");
+}
+
+// The first shared model present (gpu-check carries a subset per call).
+std::string any_model() {
+  for (const std::string& q : kModels) {
+    if (fs::exists(model_path(q))) return q;
+  }
+  throw std::runtime_error("no tiny-qwen3moe-sv model in " + moe::test::testdata_dir().string());
+}
+
+// Quantized KV caches on the GPU agree with the same cache types on the CPU.
+TEST(GpuModel, QuantizedKvCacheMatchesCpu) {
+  REQUIRE_GPU();
+  const std::string q = any_model();
+  const auto file = moe::gguf::GgufFile::open(model_path(q).string());
+  moe::cpu::ThreadPool pool(2);
+  auto cpu = create_model_arch(file, pool);
+  Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
+  const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / "raw";
+  for (KvType kv : {KvType::F16, KvType::Q8_0}) {
+    SCOPED_TRACE(std::string(kv_type_name(kv)));
+    const std::vector<float> a = run_forced(*cpu, dir, kv);
+    const std::vector<float> b = run_forced(gpu, dir, kv);
+    Diff d;
+    d.add(b.data(), a.data(), static_cast<int64_t>(a.size()));
+    std::printf("KV %s: GPU vs CPU max %.4f rms %.5f\n", std::string(kv_type_name(kv)).c_str(),
+                d.max, d.rms());
+    EXPECT_LE(d.max, 0.6);
+    EXPECT_LE(d.rms(), 0.1);
+  }
+}
+
+// A health probe between two steps of a running sequence must not disturb it.
+TEST(GpuModel, InterleavedSequencesKeepTheirState) {
+  REQUIRE_GPU();
+  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  moe::cpu::ThreadPool pool(2);
+  Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  const int64_t V = gpu.config().n_vocab;
+  std::vector<float> alone(static_cast<size_t>(V)), mixed(static_cast<size_t>(V));
+  {
+    KvCache c = gpu.make_cache(64, KvType::F16, KvType::F16);
+    gpu.forward(prompt, c, LogitsMode::Last, alone.data(), nullptr);
+    const int32_t next = 9;
+    gpu.forward(std::span<const int32_t>(&next, 1), c, LogitsMode::Last, alone.data(), nullptr);
+  }
+  {
+    KvCache c = gpu.make_cache(64, KvType::F16, KvType::F16);
+    gpu.forward(prompt, c, LogitsMode::Last, mixed.data(), nullptr);
+    KvCache probe = gpu.make_cache(1, KvType::F16, KvType::F16);
+    const int32_t one = 42;
+    std::vector<float> tmp(static_cast<size_t>(V));
+    gpu.forward(std::span<const int32_t>(&one, 1), probe, LogitsMode::Last, tmp.data(), nullptr);
+    const int32_t next = 9;
+    gpu.forward(std::span<const int32_t>(&next, 1), c, LogitsMode::Last, mixed.data(), nullptr);
+  }
+  for (int64_t i = 0; i < V; ++i)
+    ASSERT_EQ(alone[static_cast<size_t>(i)], mixed[static_cast<size_t>(i)]) << i;
+}
+
+// Decode with every expert in VRAM routes on the device (no hooks); with an observing hook the
+// host routes. Same logits, greedy tokens and experts either way.
+TEST(GpuModel, DeviceRoutingMatchesHostRouting) {
+  REQUIRE_GPU();
+  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  moe::cpu::ThreadPool pool(2);
+  Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
+  const std::vector<int32_t> prompt = {785, 272, 391, 275, 278, 315, 434, 81};
+  GenerateOptions opt;
+  opt.n_steps = 24;
+  opt.keep_logits = true;
+  KvCache a = gpu.make_cache(64, KvType::F16, KvType::F16);
+  const GenerateResult on_device = generate(gpu, a, prompt, opt);
+  ForwardHooks observe;
+  int64_t observed = 0;
+  observe.observe_layer = [&](const LayerTrace&) { ++observed; };
+  opt.hooks = &observe;
+  KvCache b = gpu.make_cache(64, KvType::F16, KvType::F16);
+  const GenerateResult on_host = generate(gpu, b, prompt, opt);
+  EXPECT_GT(observed, 0);
+  EXPECT_EQ(on_device.tokens, on_host.tokens);
+  Diff d;
+  d.add(on_device.logits.data(), on_host.logits.data(),
+        static_cast<int64_t>(on_host.logits.size()));
+  std::printf("device vs host routing: max %.3g rms %.3g\n", d.max, d.rms());
+  EXPECT_LE(d.max, 1e-3);
+}
+
+TEST(GpuModel, ClearErrors) {
+  REQUIRE_GPU();
+  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  moe::cpu::ThreadPool pool(1);
+  const auto expect_error = [](auto&& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+    } catch (const moe::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  GpuOptions partial = options(kPlacements[0]);
+  partial.n_gpu_layers = 2;
+  expect_error([&] { Qwen3MoeGpu g(file, pool, nullptr, partial); }, "partial offload");
+  GpuOptions tiny = options(kPlacements[0]);
+  tiny.vram_budget_mib = 1;
+  expect_error([&] { Qwen3MoeGpu g(file, pool, nullptr, tiny); }, "VRAM budget exceeded");
+
+  Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
+  std::vector<float> logits(static_cast<size_t>(gpu.config().n_vocab));
+  const std::vector<int32_t> toks = {1, 2, 3};
+  expect_error(
+      [&] {
+        KvCache c = gpu.make_cache(16, KvType::Q4_0, KvType::Q4_0);
+        gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr);
+      },
+      "not supported on the GPU");
+  // A cache advanced by another model has no K/V in VRAM.
+  auto cpu = create_model_arch(file, pool);
+  KvCache c = cpu->make_cache(16, KvType::F16, KvType::F16);
+  cpu->forward(toks, c, LogitsMode::Last, logits.data(), nullptr);
+  expect_error([&] { gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr); },
+               "not in VRAM");
+  // A bad token id fails cleanly and the model stays usable.
+  const std::vector<int32_t> bad = {1, -5};
+  KvCache d = gpu.make_cache(16, KvType::F16, KvType::F16);
+  expect_error([&] { gpu.forward(bad, d, LogitsMode::Last, logits.data(), nullptr); },
+               "out of range");
+  gpu.forward(toks, d, LogitsMode::Last, logits.data(), nullptr);
+  EXPECT_EQ(d.n_past(), 3);
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+}
+
+}  // namespace
