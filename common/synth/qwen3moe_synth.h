@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/ggml_type.h"
+#include "common/synth/synth_common.h"
 
 namespace moe::synth {
 
@@ -21,7 +22,8 @@ struct Qwen3MoeSpec {
   // Uniform: every matrix is wtype. KQuantM: llama-quantize's Q4_K_M/Q5_K_M rules on top of
   // wtype (output.weight and, on "more bits" layers, attn_v and ffn_down_exps are Q6_K).
   // Either way a K-quant on a row length not divisible by 256 falls back as llama-quantize does.
-  enum class Mix { Uniform, KQuantM } mix = Mix::Uniform;
+  using Mix = QuantMix;
+  Mix mix = Mix::Uniform;
   bool tied = false;  // no output.weight
   uint64_t seed = 1234;
   float rope_base = 1e6f;
@@ -42,9 +44,6 @@ struct Qwen3MoeSpec {
 // Named shapes: "tiny" (the defaults above) and "qwen3-30b-a3b" (Qwen3-30B-A3B: 48 layers, 2048
 // wide, 32/4 heads of 128, 128 experts of width 768, 8 used, 151936 tokens). Throws for others.
 Qwen3MoeSpec preset(const std::string& name);
-
-// general.file_type llama.cpp would record for this weight type and mix (e.g. 15 = Q4_K_M).
-uint32_t file_type_of(GgmlType wtype, Qwen3MoeSpec::Mix mix);
 
 // The type a matrix gets under the spec's mix. `layer` is -1 for token_embd and output.
 GgmlType tensor_type_for(const Qwen3MoeSpec& spec, const std::string& name, int layer, int64_t ne0);
