@@ -327,6 +327,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = tools::llama_style_argv(argc, argv, storage);
   try {
     app.parse(static_cast<int>(args.size()), args.data());
+    if (a.gpu.n_gpu_layers > 0 && app.count("--pool-spin") == 0) a.pool_spin = gpu::kGpuPoolSpin;
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

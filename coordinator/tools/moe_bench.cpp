@@ -243,6 +243,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(argv_p.size()), argv_p.data());
     if (a.n_prompt == 0 && a.n_gen == 0) throw CLI::ValidationError("-p and -n are both 0");
+    if (a.gpu.n_gpu_layers > 0 && app.count("--pool-spin") == 0) {
+      a.pool_spin = moe::gpu::kGpuPoolSpin;
+    }
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

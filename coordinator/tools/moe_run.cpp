@@ -94,8 +94,10 @@ int run(const Args& a) {
   using namespace moe::model;
   if (!a.apply_template.empty() || a.has_prompt) return run_text(a);
   const auto file = moe::gguf::GgufFile::open(a.model);
-  moe::cpu::ThreadPool pool(resolve_threads(a.threads));
   moe::gpu::GpuOptions gpu = a.gpu;
+  moe::cpu::ThreadPool pool(
+      resolve_threads(a.threads), {},
+      gpu.n_gpu_layers > 0 ? moe::gpu::kGpuPoolSpin : moe::cpu::ThreadPool::kDefaultSpin);
   if (a.n_ctx > 0) gpu.n_ctx = a.n_ctx;
   std::string placement;
   auto model = moe::gpu::create_model(file, pool, nullptr, gpu, &placement);

@@ -103,8 +103,10 @@ int run_generate(const GenerateArgs& a) {
   prompt.insert(prompt.end(), text_ids.begin(), text_ids.end());
   if (prompt.empty()) throw moe::Error("the prompt is empty");
 
-  moe::cpu::ThreadPool pool(a.threads);
   moe::gpu::GpuOptions gpu = a.gpu;
+  moe::cpu::ThreadPool pool(
+      a.threads, {},
+      gpu.n_gpu_layers > 0 ? moe::gpu::kGpuPoolSpin : moe::cpu::ThreadPool::kDefaultSpin);
   if (a.n_ctx > 0) gpu.n_ctx = a.n_ctx;
   std::string placement;
   auto model = moe::gpu::create_model(file, pool, nullptr, gpu, &placement);

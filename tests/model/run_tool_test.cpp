@@ -188,6 +188,13 @@ TEST(RunTool, UsageAndValueErrors) {
   EXPECT_EQ(p.rc, 2) << p.out;
   p = run(moe_run(), true);
   EXPECT_EQ(p.rc, 2) << p.out;
+  // GPU placement flags without -ngl would silently do nothing: refused with the reason.
+  p = run(moe_run() + " -p hi -n 1 -cmoe", true);
+  EXPECT_EQ(p.rc, 1) << p.out;
+  EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
+  p = run(moe_run() + " -p hi -n 1 --vram-budget-mib 6144", true);
+  EXPECT_EQ(p.rc, 1) << p.out;
+  EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
 }
 
 TEST(RunTool, BenchPrintsTableAndJson) {
