@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "coordinator/model/router.h"
+#include "coordinator/model/batch_routing.h"
 #include "coordinator/model/tensor_table.h"
 #include "kernels/cpu/dequant.h"
 #include "kernels/cuda/cuda_check.h"
@@ -342,12 +342,8 @@ void Qwen3MoeGpu::run_experts(int64_t l, int64_t n, const model::ForwardHooks* h
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 
   // Routing on the host: the same function and hooks as the CPU path.
-  for (int64_t i = 0; i < n; ++i) {
-    const bool forced =
-        hooks && hooks->force_experts && hooks->force_experts(l, pos0_ + i, forced_.data());
-    model::route_token(hl + i * X, X, K, forced ? forced_.data() : nullptr, rprobs_.data() + i * X,
-                       rids_.data() + i * K, rweights_.data() + i * K);
-  }
+  model::route_batch(hl, n, X, K, l, pos0_, hooks, forced_.data(), rprobs_.data(), rids_.data(),
+                     rweights_.data());
 
   // Split the items: experts with a VRAM copy run on the GPU, grouped by expert.
   cpu_items_.clear();
@@ -503,14 +499,8 @@ void Qwen3MoeGpu::maybe_refill_pool() {
 void Qwen3MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, model::LogitsMode mode,
                           float* logits, const model::ForwardHooks* hooks) {
   const auto n = static_cast<int64_t>(tokens.size());
-  if (n == 0) throw Error("forward: empty batch");
+  model::check_tokens(tokens, cfg_.n_vocab);
   cache.check_room(n);
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= cfg_.n_vocab) {
-      throw Error("token id " + std::to_string(t) + " out of range [0, " +
-                  std::to_string(cfg_.n_vocab) + ")");
-    }
-  }
   SeqSlot& seq = ensure_kv(cache);
   ensure_scratch(n);
   const int64_t pos0 = cache.n_past();
@@ -569,19 +559,9 @@ void Qwen3MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, model
         MOE_CUDA_CHECK(
             cudaMemcpyAsync(l_out.data(), x, l_out.size() * 4, cudaMemcpyDeviceToHost, stream_));
         MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        model::LayerTrace tr;
-        tr.layer = l;
-        tr.pos0 = pos0;
-        tr.n_tokens = n;
-        tr.n_expert = cfg_.n_expert;
-        tr.n_expert_used = cfg_.n_expert_used;
-        tr.n_embd = E;
-        tr.router_logits = h_rlogits_.get<float>();
-        tr.router_probs = rprobs_.data();
-        tr.experts = rids_.data();
-        tr.weights = rweights_.data();
-        tr.l_out = l_out.data();
-        hooks->observe_layer(tr);
+        hooks->observe_layer(model::layer_trace(cfg_, l, pos0, n, h_rlogits_.get<float>(),
+                                                rprobs_.data(), rids_.data(), rweights_.data(),
+                                                l_out.data()));
       }
     }
 

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "coordinator/model/activations.h"
+#include "coordinator/model/batch_routing.h"
 #include "coordinator/model/causal_conv.h"
 #include "coordinator/model/gated_delta_net.h"
 #include "coordinator/model/l2norm.h"
@@ -190,15 +191,11 @@ void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const Fo
   const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, FS = cfg_.n_ff_shexp;
   // The router runs in f32 (F32 weights take F32 activations).
   cpu::matmul(L.router, xn_.data(), n, rlogits_.data(), pool_, mm_, isa_);
-  for (int64_t i = 0; i < n; ++i) {
-    const bool forced =
-        hooks && hooks->force_experts && hooks->force_experts(l, pos0 + i, forced_.data());
-    route_token(rlogits_.data() + i * X, X, K, forced ? forced_.data() : nullptr,
-                rprobs_.data() + i * X, rids_.data() + i * K, rweights_.data() + i * K);
-    for (int64_t j = 0; j < K; ++j) {
-      const auto ij = static_cast<size_t>(i * K + j);
-      items_[ij] = {static_cast<int32_t>(i), rids_[ij], rweights_[ij]};
-    }
+  route_batch(rlogits_.data(), n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(),
+              rids_.data(), rweights_.data());
+  for (int64_t i = 0; i < n * K; ++i) {
+    const auto ii = static_cast<size_t>(i);
+    items_[ii] = {static_cast<int32_t>(i / K), rids_[ii], rweights_[ii]};
   }
   experts_->run(l, xn_.data(), n,
                 std::span<const ExpertItem>(items_.data(), static_cast<size_t>(n * K)),
@@ -227,14 +224,8 @@ void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const Fo
 void Qwen35Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
                         float* logits, const ForwardHooks* hooks) {
   const auto n = static_cast<int64_t>(tokens.size());
-  if (n == 0) throw Error("forward: empty batch");
+  check_tokens(tokens, cfg_.n_vocab);
   cache.check_room(n);
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= cfg_.n_vocab) {
-      throw Error("token id " + std::to_string(t) + " out of range [0, " +
-                  std::to_string(cfg_.n_vocab) + ")");
-    }
-  }
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     if (cfg_.is_recurrent(l) && !cache.has_recurrent(l)) {
       throw Error("forward: the cache has no recurrent state for layer " + std::to_string(l) +
@@ -242,7 +233,7 @@ void Qwen35Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsM
     }
   }
   const int64_t pos0 = cache.n_past();
-  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used;
+  const int64_t E = cfg_.n_embd;
   ensure_scratch(n);
 
   for (int64_t i = 0; i < n; ++i) {
@@ -268,18 +259,8 @@ void Qwen35Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsM
     ffn(L, l, n, pos0, hooks);
 
     if (hooks && hooks->observe_layer) {
-      LayerTrace tr;
-      tr.layer = l;
-      tr.pos0 = pos0;
-      tr.n_tokens = n;
-      tr.n_expert = X;
-      tr.n_expert_used = K;
-      tr.n_embd = E;
-      tr.router_logits = rlogits_.data();
-      tr.router_probs = rprobs_.data();
-      tr.experts = rids_.data();
-      tr.weights = rweights_.data();
-      tr.l_out = x_.data();
+      LayerTrace tr = layer_trace(cfg_, l, pos0, n, rlogits_.data(), rprobs_.data(), rids_.data(),
+                                  rweights_.data(), x_.data());
       tr.attn_residual = h_.data();
       hooks->observe_layer(tr);
     }

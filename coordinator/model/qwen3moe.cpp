@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "coordinator/model/batch_routing.h"
 #include "coordinator/model/rmsnorm.h"
 #include "coordinator/model/rope.h"
 #include "coordinator/model/router.h"
@@ -90,14 +91,8 @@ void Qwen3Moe::ensure_scratch(int64_t n, int64_t /*n_kv*/) {
 void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
                        float* logits, const ForwardHooks* hooks) {
   const auto n = static_cast<int64_t>(tokens.size());
-  if (n == 0) throw Error("forward: empty batch");
+  check_tokens(tokens, cfg_.n_vocab);
   cache.check_room(n);
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= cfg_.n_vocab) {
-      throw Error("token id " + std::to_string(t) + " out of range [0, " +
-                  std::to_string(cfg_.n_vocab) + ")");
-    }
-  }
   const int64_t pos0 = cache.n_past();
   const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t K = cfg_.n_expert_used, X = cfg_.n_expert;
@@ -136,16 +131,11 @@ void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMo
     // MoE block: the router runs in f32 (F32 weights take F32 activations).
     rmsnorm_rows(x_.data(), L.ffn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
     cpu::matmul(L.router, xn_.data(), n, rlogits_.data(), pool_, mm_, isa_);
-    for (int64_t i = 0; i < n; ++i) {
-      const bool forced =
-          hooks && hooks->force_experts && hooks->force_experts(l, pos0 + i, forced_.data());
-      route_token(rlogits_.data() + i * X, X, K, forced ? forced_.data() : nullptr,
-                  rprobs_.data() + i * X, rids_.data() + i * K, rweights_.data() + i * K);
-      for (int64_t j = 0; j < K; ++j) {
-        items_[static_cast<size_t>(i * K + j)] = {static_cast<int32_t>(i),
-                                                  rids_[static_cast<size_t>(i * K + j)],
-                                                  rweights_[static_cast<size_t>(i * K + j)]};
-      }
+    route_batch(rlogits_.data(), n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(),
+                rids_.data(), rweights_.data());
+    for (int64_t i = 0; i < n * K; ++i) {
+      const auto ii = static_cast<size_t>(i);
+      items_[ii] = {static_cast<int32_t>(i / K), rids_[ii], rweights_[ii]};
     }
     experts_->run(l, xn_.data(), n,
                   std::span<const ExpertItem>(items_.data(), static_cast<size_t>(n * K)),
@@ -153,19 +143,8 @@ void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMo
     add_rows(x_.data(), moe_out_.data(), n * E);
 
     if (hooks && hooks->observe_layer) {
-      LayerTrace tr;
-      tr.layer = l;
-      tr.pos0 = pos0;
-      tr.n_tokens = n;
-      tr.n_expert = X;
-      tr.n_expert_used = K;
-      tr.n_embd = E;
-      tr.router_logits = rlogits_.data();
-      tr.router_probs = rprobs_.data();
-      tr.experts = rids_.data();
-      tr.weights = rweights_.data();
-      tr.l_out = x_.data();
-      hooks->observe_layer(tr);
+      hooks->observe_layer(layer_trace(cfg_, l, pos0, n, rlogits_.data(), rprobs_.data(),
+                                       rids_.data(), rweights_.data(), x_.data()));
     }
   }
 

@@ -20,6 +20,7 @@
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/model/golden_compare.h"
 #include "tests/testdata.h"
 
 namespace {
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 using namespace moe::model;
 using moe::gpu::GpuOptions;
 using moe::gpu::Qwen3MoeGpu;
+using moe::test::Diff;
 
 const std::vector<std::string> kModels = {"F16",    "Q8_0",   "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0",
                                           "IQ4_XS", "Q3_K_M", "Q2_K", "Q2_0",   "UD-mix"};
@@ -45,20 +47,6 @@ std::string no_device_reason() {
     const std::string why = no_device_reason();             \
     if (!why.empty()) GTEST_SKIP() << why << " (GPU test)"; \
   } while (0)
-
-struct Diff {
-  double max = 0, sumsq = 0;
-  int64_t n = 0;
-  void add(const float* a, const float* b, int64_t m) {
-    for (int64_t i = 0; i < m; ++i) {
-      const double d = static_cast<double>(a[i]) - b[i];
-      max = std::max(max, std::fabs(d));
-      sumsq += d * d;
-    }
-    n += m;
-  }
-  double rms() const { return n ? std::sqrt(sumsq / static_cast<double>(n)) : 0; }
-};
 
 // Prompt logits (every row) then one row per teacher-forced decode step.
 std::vector<float> run_forced(ModelArch& m, const fs::path& dir, KvType kv) {

@@ -22,12 +22,20 @@
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "tests/model/golden_compare.h"
 #include "tests/testdata.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace moe::model;
+using moe::test::Choice;
+using moe::test::Diff;
+using moe::test::own_topk;
+using moe::test::same_set;
+using moe::test::set_gap;
+// Per (layer, pos): the experts chosen (or that the router would have chosen) and the probs.
+using Choices = std::map<std::pair<int64_t, int64_t>, Choice>;
 
 const std::vector<std::string> kModels = {"F16",    "Q8_0",   "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0",
                                           "IQ4_XS", "Q3_K_M", "Q2_K", "Q2_0",   "UD-mix"};
@@ -38,20 +46,6 @@ constexpr int64_t kCtx = 512;  // as the golden runs
 // ours) shifts the hidden state of later tokens by ~1e-2 relative, which moves router
 // probabilities by a few 1e-3; measured gaps of such mismatches stay below 4e-3.
 double near_tie(bool f16) { return f16 ? 1e-3 : 5e-3; }
-
-struct Diff {
-  double max = 0, sumsq = 0;
-  int64_t n = 0;
-  void add(const float* a, const float* b, int64_t m) {
-    for (int64_t i = 0; i < m; ++i) {
-      const double d = static_cast<double>(a[i]) - b[i];
-      max = std::max(max, std::fabs(d));
-      sumsq += d * d;
-    }
-    n += m;
-  }
-  double rms() const { return n ? std::sqrt(sumsq / static_cast<double>(n)) : 0; }
-};
 
 struct Golden {
   fs::path dir;
@@ -76,50 +70,6 @@ Golden load_golden(const fs::path& dir, int64_t n_layer) {
     g.l_out.push_back(read_raw<float>(dir / ("l_out_" + L + ".f32")));
   }
   return g;
-}
-
-// Per (layer, pos): the experts chosen (or that the router would have chosen) and the probs.
-struct Choice {
-  std::vector<int32_t> ids;
-  std::vector<float> probs;
-};
-using Choices = std::map<std::pair<int64_t, int64_t>, Choice>;
-
-// The router's own top k (descending probability, ties to the lower id).
-std::vector<int32_t> own_topk(const float* probs, int64_t n_expert, int64_t k) {
-  std::vector<int32_t> order(static_cast<size_t>(n_expert));
-  for (int64_t e = 0; e < n_expert; ++e) order[static_cast<size_t>(e)] = static_cast<int32_t>(e);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
-  order.resize(static_cast<size_t>(k));
-  return order;
-}
-
-// Largest probability gap between the experts only we chose and those only the golden run chose
-// (paired in descending order); 0 when the sets are equal.
-double set_gap(const Choice& c, const int32_t* golden, int64_t k) {
-  std::vector<int32_t> ours(c.ids), gold(golden, golden + k), only_o, only_g;
-  std::sort(ours.begin(), ours.end());
-  std::sort(gold.begin(), gold.end());
-  std::set_difference(ours.begin(), ours.end(), gold.begin(), gold.end(),
-                      std::back_inserter(only_o));
-  std::set_difference(gold.begin(), gold.end(), ours.begin(), ours.end(),
-                      std::back_inserter(only_g));
-  const auto by_prob = [&](int32_t a, int32_t b) { return c.probs[a] > c.probs[b]; };
-  std::sort(only_o.begin(), only_o.end(), by_prob);
-  std::sort(only_g.begin(), only_g.end(), by_prob);
-  double gap = 0;
-  for (size_t i = 0; i < only_o.size(); ++i) {
-    gap = std::max(gap, std::fabs(static_cast<double>(c.probs[only_o[i]]) - c.probs[only_g[i]]));
-  }
-  return gap;
-}
-
-bool same_set(const std::vector<int32_t>& ids, const int32_t* golden, int64_t k) {
-  std::vector<int32_t> a(ids), b(golden, golden + k);
-  std::sort(a.begin(), a.end());
-  std::sort(b.begin(), b.end());
-  return a == b;
 }
 
 struct Recorder {

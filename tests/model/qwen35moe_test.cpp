@@ -34,12 +34,17 @@
 #include "coordinator/tokenizer/tokenizer.h"
 #include "tests/model/alloc_counter.h"
 #include "tests/model/gguf_rewrite.h"
+#include "tests/model/golden_compare.h"
 #include "tests/testdata.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace moe::model;
+using moe::test::Choice;
+using moe::test::Diff;
+using moe::test::own_topk;
+using moe::test::set_gap;
 
 const std::vector<std::string> kModels = {"F16", "Q8_0", "Q4_K_M"};
 constexpr int64_t kCtx = 512;  // as the golden runs
@@ -91,22 +96,6 @@ Tol tolerance(const std::string& m) {
   return {0.6, 0.1, 5e-2, 0.15, 2e-2};
 }
 
-struct Diff {
-  double max = 0, sumsq = 0, refsq = 0;
-  int64_t n = 0;
-  void add(const float* a, const float* b, int64_t m) {
-    for (int64_t i = 0; i < m; ++i) {
-      const double d = static_cast<double>(a[i]) - b[i];
-      max = std::max(max, std::fabs(d));
-      sumsq += d * d;
-      refsq += static_cast<double>(b[i]) * b[i];
-    }
-    n += m;
-  }
-  double rms() const { return n ? std::sqrt(sumsq / static_cast<double>(n)) : 0; }
-  double rel() const { return refsq > 0 ? std::sqrt(sumsq / refsq) : 0; }
-};
-
 struct Golden {
   std::vector<int32_t> prompt, greedy;
   std::vector<float> prompt_logits, greedy_logits;
@@ -130,41 +119,6 @@ Golden load_golden(const fs::path& dir, int64_t n_layer) {
     g.router.push_back(read_raw<float>(dir / ("moe_logits_" + L + ".f32")));
   }
   return g;
-}
-
-struct Choice {
-  std::vector<int32_t> ids;
-  std::vector<float> probs;
-};
-
-// The router's own top k (descending probability, ties to the lower id).
-std::vector<int32_t> own_topk(const float* probs, int64_t n_expert, int64_t k) {
-  std::vector<int32_t> order(static_cast<size_t>(n_expert));
-  for (int64_t e = 0; e < n_expert; ++e) order[static_cast<size_t>(e)] = static_cast<int32_t>(e);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
-  order.resize(static_cast<size_t>(k));
-  return order;
-}
-
-// Largest probability gap between the experts only we chose and those only llama.cpp chose
-// (paired in descending order); 0 when the sets are equal.
-double set_gap(const Choice& c, const int32_t* golden, int64_t k) {
-  std::vector<int32_t> ours(c.ids), gold(golden, golden + k), only_o, only_g;
-  std::sort(ours.begin(), ours.end());
-  std::sort(gold.begin(), gold.end());
-  std::set_difference(ours.begin(), ours.end(), gold.begin(), gold.end(),
-                      std::back_inserter(only_o));
-  std::set_difference(gold.begin(), gold.end(), ours.begin(), ours.end(),
-                      std::back_inserter(only_g));
-  const auto by_prob = [&](int32_t a, int32_t b) { return c.probs[a] > c.probs[b]; };
-  std::sort(only_o.begin(), only_o.end(), by_prob);
-  std::sort(only_g.begin(), only_g.end(), by_prob);
-  double gap = 0;
-  for (size_t i = 0; i < only_o.size(); ++i) {
-    gap = std::max(gap, std::fabs(static_cast<double>(c.probs[only_o[i]]) - c.probs[only_g[i]]));
-  }
-  return gap;
 }
 
 // Records expert choices (or the router's own top k: `shadow`) and the prompt batch's per-layer

@@ -1,0 +1,49 @@
+#include "coordinator/model/batch_routing.h"
+
+#include <string>
+
+#include "common/error.h"
+#include "coordinator/model/router.h"
+
+namespace moe::model {
+
+void check_tokens(std::span<const int32_t> tokens, int64_t n_vocab) {
+  if (tokens.empty()) throw Error("forward: empty batch");
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= n_vocab) {
+      throw Error("token id " + std::to_string(t) + " out of range [0, " + std::to_string(n_vocab) +
+                  ")");
+    }
+  }
+}
+
+void route_batch(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, int64_t layer,
+                 int64_t pos0, const ForwardHooks* hooks, int32_t* forced, float* probs,
+                 int32_t* ids, float* weights) {
+  const bool hooked = hooks && hooks->force_experts;
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    const bool force = hooked && hooks->force_experts(layer, pos0 + i, forced);
+    route_token(logits + i * n_expert, n_expert, k, force ? forced : nullptr, probs + i * n_expert,
+                ids + i * k, weights + i * k);
+  }
+}
+
+LayerTrace layer_trace(const ModelConfig& cfg, int64_t layer, int64_t pos0, int64_t n_tokens,
+                       const float* logits, const float* probs, const int32_t* ids,
+                       const float* weights, const float* l_out) {
+  LayerTrace tr;
+  tr.layer = layer;
+  tr.pos0 = pos0;
+  tr.n_tokens = n_tokens;
+  tr.n_expert = cfg.n_expert;
+  tr.n_expert_used = cfg.n_expert_used;
+  tr.n_embd = cfg.n_embd;
+  tr.router_logits = logits;
+  tr.router_probs = probs;
+  tr.experts = ids;
+  tr.weights = weights;
+  tr.l_out = l_out;
+  return tr;
+}
+
+}  // namespace moe::model
