@@ -107,12 +107,9 @@ Qwen3MoeGpu::Qwen3MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
   }
   MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
-  tok_embd_ = &model::require_tensor(f, "token_embd.weight", {E, V});
-  tok_row_bytes_ =
-      static_cast<size_t>(*ggml_row_bytes(tok_embd_->type(), static_cast<uint64_t>(E)));
-  output_norm_ = upload_vector(model::require_tensor(f, "output_norm.weight", {E}));
-  const gguf::TensorInfo* out = model::optional_tensor(f, "output.weight", {E, V});
-  output_ = upload_matrix(out ? *out : *tok_embd_, output_buf_, VramUse::Weights);
+  emb_ = model::require_embedding_tensors(f, E, V);
+  output_norm_ = upload_vector(*emb_.output_norm);
+  output_ = upload_matrix(*emb_.output, output_buf_, VramUse::Weights);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -510,12 +507,7 @@ void Qwen3MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, model
   try {
     // Embeddings on the host, as llama.cpp keeps token_embd in RAM: it is big and read sparsely.
     float* hx = h_x_.get<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      cpu::dequantize_row(
-          tok_embd_->type(),
-          tok_embd_->data + static_cast<size_t>(tokens[static_cast<size_t>(i)]) * tok_row_bytes_,
-          hx + i * E, E);
-    }
+    emb_.embed(tokens, hx);
     float* x = d_x_.as<float>();
     float* xn = d_xn_.as<float>();
     float* q = d_q_.as<float>();

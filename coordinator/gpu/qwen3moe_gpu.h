@@ -16,6 +16,7 @@
 #include "coordinator/gpu/pinned_buffer.h"
 #include "coordinator/gpu/vram_budget.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/model/tensor_table.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_matrix.h"
 
@@ -75,8 +76,7 @@ class Qwen3MoeGpu final : public model::ModelArch {
   VramBudget budget_;
   cudaStream_t stream_ = nullptr;
 
-  const gguf::TensorInfo* tok_embd_ = nullptr;
-  size_t tok_row_bytes_ = 0;
+  model::EmbeddingTensors emb_;  // token_embd stays in RAM, as llama.cpp keeps it
   VramBuffer output_norm_, output_buf_;
   cuda::DeviceMatrix output_{};
   std::vector<Layer> layers_;

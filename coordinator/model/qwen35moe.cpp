@@ -39,13 +39,9 @@ Qwen35Moe::Qwen35Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
   const int64_t X = cfg_.n_expert, F = cfg_.n_ff_exp, FS = cfg_.n_ff_shexp;
   const int64_t C = cfg_.ssm_conv_channels(), KC = cfg_.ssm_conv_kernel;
   const int64_t NV = cfg_.ssm_n_v_heads, DV = cfg_.ssm_head_v(), DI = cfg_.ssm_inner;
-  tok_embd_ = &require_tensor(f, "token_embd.weight", {E, V});
-  tok_row_bytes_ =
-      static_cast<size_t>(*ggml_row_bytes(tok_embd_->type(), static_cast<uint64_t>(E)));
-  output_norm_ = vector_f32(require_tensor(f, "output_norm.weight", {E}));
-  // Without output.weight the head is tied to the token embedding.
-  const gguf::TensorInfo* out = optional_tensor(f, "output.weight", {E, V});
-  output_ = weight_matrix(out ? *out : *tok_embd_);
+  emb_ = require_embedding_tensors(f, E, V);
+  output_norm_ = vector_f32(*emb_.output_norm);
+  output_ = weight_matrix(*emb_.output);
 
   std::vector<ExpertLayerTensors> expert_tensors;
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
@@ -236,12 +232,7 @@ void Qwen35Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsM
   const int64_t E = cfg_.n_embd;
   ensure_scratch(n);
 
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::dequantize_row(
-        tok_embd_->type(),
-        tok_embd_->data + static_cast<size_t>(tokens[static_cast<size_t>(i)]) * tok_row_bytes_,
-        x_.data() + i * E, E);
-  }
+  emb_.embed(tokens, x_.data());
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];

@@ -36,13 +36,9 @@ Qwen3Moe::Qwen3Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
     throw Error(cfg_.arch + ".rope.dimension_count: qwen3moe rotates the whole head (" +
                 std::to_string(hk) + "), found " + std::to_string(cfg_.n_rot));
   }
-  tok_embd_ = &require_tensor(f, "token_embd.weight", {E, V});
-  tok_row_bytes_ =
-      static_cast<size_t>(*ggml_row_bytes(tok_embd_->type(), static_cast<uint64_t>(E)));
-  output_norm_ = vector_f32(require_tensor(f, "output_norm.weight", {E}));
-  // Without output.weight the head is tied to the token embedding.
-  const gguf::TensorInfo* out = optional_tensor(f, "output.weight", {E, V});
-  output_ = weight_matrix(out ? *out : *tok_embd_);
+  emb_ = require_embedding_tensors(f, E, V);
+  output_norm_ = vector_f32(*emb_.output_norm);
+  output_ = weight_matrix(*emb_.output);
 
   std::vector<ExpertLayerTensors> expert_tensors;
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
@@ -98,12 +94,7 @@ void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMo
   const int64_t K = cfg_.n_expert_used, X = cfg_.n_expert;
   ensure_scratch(n, pos0 + n);
 
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::dequantize_row(
-        tok_embd_->type(),
-        tok_embd_->data + static_cast<size_t>(tokens[static_cast<size_t>(i)]) * tok_row_bytes_,
-        x_.data() + i * E, E);
-  }
+  emb_.embed(tokens, x_.data());
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];

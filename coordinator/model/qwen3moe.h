@@ -8,6 +8,7 @@
 #include "coordinator/model/attention.h"
 #include "coordinator/model/cpu_expert_executor.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/model/tensor_table.h"
 #include "kernels/cpu/matmul.h"
 
 namespace moe::model {
@@ -34,8 +35,7 @@ class Qwen3Moe final : public ModelArch {
   ModelConfig cfg_;
   cpu::ThreadPool& pool_;
   cpu::Isa isa_;
-  const gguf::TensorInfo* tok_embd_ = nullptr;
-  size_t tok_row_bytes_ = 0;
+  EmbeddingTensors emb_;
   std::vector<float> output_norm_;
   cpu::WeightMatrix output_;
   std::vector<Layer> layers_;

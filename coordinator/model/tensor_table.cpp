@@ -67,4 +67,24 @@ std::vector<float> vector_f32(const gguf::TensorInfo& t) {
   return v;
 }
 
+void EmbeddingTensors::embed(std::span<const int32_t> tokens, float* x) const {
+  const int64_t n = token_embd->ne[0];
+  const auto row =
+      static_cast<size_t>(*ggml_row_bytes(token_embd->type(), static_cast<uint64_t>(n)));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    cpu::dequantize_row(token_embd->type(), token_embd->data + static_cast<size_t>(tokens[i]) * row,
+                        x + static_cast<int64_t>(i) * n, n);
+  }
+}
+
+EmbeddingTensors require_embedding_tensors(const gguf::GgufFile& f, int64_t n_embd,
+                                           int64_t n_vocab) {
+  EmbeddingTensors t;
+  t.token_embd = &require_tensor(f, "token_embd.weight", {n_embd, n_vocab});
+  t.output_norm = &require_tensor(f, "output_norm.weight", {n_embd});
+  const gguf::TensorInfo* out = optional_tensor(f, "output.weight", {n_embd, n_vocab});
+  t.output = out ? out : t.token_embd;
+  return t;
+}
+
 }  // namespace moe::model

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,18 @@ cpu::WeightMatrix expert_matrix(const gguf::TensorInfo& t, int64_t expert);
 
 // A 1-D tensor (norm gains) decoded to float.
 std::vector<float> vector_f32(const gguf::TensorInfo& t);
+
+// What every architecture has around its layers: token_embd [n_embd, n_vocab] (rows decoded per
+// token, as llama.cpp keeps it in RAM), output_norm [n_embd], and the output head: output.weight,
+// or token_embd itself when the file ties them.
+struct EmbeddingTensors {
+  const gguf::TensorInfo* token_embd = nullptr;
+  const gguf::TensorInfo* output_norm = nullptr;
+  const gguf::TensorInfo* output = nullptr;
+  // x row i = the decoded embedding of tokens[i] (ids already checked against n_vocab).
+  void embed(std::span<const int32_t> tokens, float* x) const;
+};
+EmbeddingTensors require_embedding_tensors(const gguf::GgufFile& f, int64_t n_embd,
+                                           int64_t n_vocab);
 
 }  // namespace moe::model
