@@ -142,14 +142,16 @@ TEST(RingStress, DeadProducerProcessIsNoticed) {
   });
   ASSERT_GT(child, 0);
   bool exited = false;
+  int child_status = 0;  // reported if the child died before pushing (a rare CI flake)
   WaitOptions opt;
   opt.timeout = 60s;  // a missed death shows up as Timeout, never as a hang
   opt.peer_alive = [&] {
-    return !(exited = exited || ::waitpid(child, nullptr, WNOHANG) == child);
+    return !(exited = exited || ::waitpid(child, &child_status, WNOHANG) == child);
   };
   uint64_t v = 0;
   for (uint64_t i = 0; i < 3; ++i) {
-    ASSERT_EQ(c.pop(&v, sizeof v, opt), WaitStatus::Ok);
+    ASSERT_EQ(c.pop(&v, sizeof v, opt), WaitStatus::Ok)
+        << "item " << i << "; child exit status " << child_status;
     EXPECT_EQ(v, i);
   }
   EXPECT_EQ(c.pop(&v, sizeof v, opt), WaitStatus::PeerDead);
