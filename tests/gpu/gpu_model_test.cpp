@@ -20,6 +20,7 @@
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/gpu/gpu_golden_util.h"
 #include "tests/model/golden_compare.h"
 #include "tests/testdata.h"
 
@@ -30,73 +31,10 @@ using namespace moe::model;
 using moe::gpu::GpuOptions;
 using moe::gpu::Qwen3MoeGpu;
 using moe::test::Diff;
+using namespace moe::test::gpu;
 
 const std::vector<std::string> kModels = {"F16",    "Q8_0",   "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0",
                                           "IQ4_XS", "Q3_K_M", "Q2_K", "Q2_0",   "UD-mix"};
-
-std::string no_device_reason() {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(err);
-  if (n == 0) return "no CUDA device";
-  return {};
-}
-
-#define REQUIRE_GPU()                                       \
-  do {                                                      \
-    const std::string why = no_device_reason();             \
-    if (!why.empty()) GTEST_SKIP() << why << " (GPU test)"; \
-  } while (0)
-
-// Prompt logits (every row) then one row per teacher-forced decode step.
-std::vector<float> run_forced(ModelArch& m, const fs::path& dir, KvType kv) {
-  using moe::test::read_raw;
-  const auto prompt = read_raw<int32_t>(dir / "prompt_tokens.i32");
-  const auto greedy = read_raw<int32_t>(dir / "greedy_tokens.i32");
-  const ModelConfig& cfg = m.config();
-  ForcedRouting forced(dir.string(), cfg.n_layer, cfg.n_expert_used);
-  const ForwardHooks hooks = forced.hooks();
-  KvCache cache = m.make_cache(512, kv, kv);
-  std::vector<float> out = evaluate_batch(m, cache, prompt, &hooks);
-  std::vector<float> row(static_cast<size_t>(cfg.n_vocab));
-  for (size_t s = 0; s + 1 < greedy.size(); ++s) {
-    m.forward(std::span<const int32_t>(&greedy[s], 1), cache, LogitsMode::Last, row.data(), &hooks);
-    out.insert(out.end(), row.begin(), row.end());
-  }
-  return out;
-}
-
-std::vector<float> golden_rows(const fs::path& dir) {
-  using moe::test::read_raw;
-  std::vector<float> g = read_raw<float>(dir / "prompt_logits.f32");
-  const std::vector<float> greedy = read_raw<float>(dir / "greedy_logits.f32");
-  // greedy row 0 is the last prompt row; rows 1.. come from the decode steps.
-  const size_t V = greedy.size() / read_raw<int32_t>(dir / "greedy_tokens.i32").size();
-  g.insert(g.end(), greedy.begin() + static_cast<std::ptrdiff_t>(V), greedy.end());
-  return g;
-}
-
-struct Placement {
-  const char* name;
-  bool cpu_moe;
-  int64_t n_cpu_moe;
-  int64_t resident_mib;
-};
-const Placement kPlacements[] = {
-    {"all experts in VRAM", false, 0, 0},
-    {"-cmoe, no pool", true, 0, 0},
-    {"-ncmoe 2, 1 MiB pool", false, 2, 1},
-};
-
-GpuOptions options(const Placement& p) {
-  GpuOptions o;
-  o.n_gpu_layers = 99;
-  o.cpu_moe = p.cpu_moe;
-  o.n_cpu_moe = p.n_cpu_moe;
-  o.moe_resident_mib = p.resident_mib;
-  o.n_ctx = 512;
-  return o;
-}
 
 class GpuGolden : public ::testing::TestWithParam<std::string> {};
 

@@ -1,0 +1,28 @@
+#include "coordinator/gpu/attention_gpu.h"
+
+#include <cmath>
+
+#include "coordinator/gpu/gpu_upload.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
+
+namespace moe::gpu {
+
+void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::DeviceKvLayer& kv,
+            float* q, float* k, const float* v, const float* q_norm, const float* k_norm, int64_t n,
+            int64_t pos0, VramBudget& budget, VramBuffer& workspace, float* out,
+            cudaStream_t stream) {
+  const int64_t H = heads.n_head, HK = heads.n_head_kv, hk = cfg.head_dim_k, hv = cfg.head_dim_v;
+  cuda::rmsnorm(q, q_norm, q, n * H, hk, cfg.rms_eps, stream);
+  cuda::rmsnorm(k, k_norm, k, n * HK, hk, cfg.rms_eps, stream);
+  cuda::rope_neox(q, n, H * hk, H, hk, cfg.n_rot, pos0, cfg.rope_freq_base, stream);
+  cuda::rope_neox(k, n, HK * hk, HK, hk, cfg.n_rot, pos0, cfg.rope_freq_base, stream);
+  cuda::kv_store(kv, k, v, n, pos0, stream);
+  // Decode splits the positions across blocks; its scratch comes from the budget too.
+  const size_t ws = cuda::attention_workspace_bytes(n, pos0, H, HK, hv);
+  if (ws > 0) grow_scratch(budget, workspace, (ws + 3) / 4, "attention scratch");
+  cuda::attention(kv, q, H * hk, n, pos0, H, HK, hk, hv, 1.0f / std::sqrt(static_cast<float>(hk)),
+                  out, ws > 0 ? workspace.get() : nullptr, ws, stream);
+}
+
+}  // namespace moe::gpu

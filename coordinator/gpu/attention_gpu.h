@@ -1,0 +1,28 @@
+// The part of a GPU attention layer that qwen3moe and qwen35moe share, after the projections:
+// per-head RMSNorm of q and k, NEOX RoPE of their first n_rot dims, the K/V store at the batch's
+// positions and causal GQA attention over the cache.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "coordinator/gpu/vram_budget.h"
+#include "coordinator/model/model_config.h"
+#include "kernels/cuda/attention.h"
+
+namespace moe::gpu {
+
+struct AttentionHeads {
+  int64_t n_head = 0, n_head_kv = 0;
+};
+
+// q [n, n_head * head_dim_k], k [n, n_head_kv * head_dim_k] (normed and rotated in place),
+// v [n, n_head_kv * head_dim_v]; out [n, n_head * head_dim_v]. Token i is at position pos0 + i.
+// The decode split's scratch grows `workspace` through `budget`. Enqueued on `stream`.
+void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::DeviceKvLayer& kv,
+            float* q, float* k, const float* v, const float* q_norm, const float* k_norm, int64_t n,
+            int64_t pos0, VramBudget& budget, VramBuffer& workspace, float* out,
+            cudaStream_t stream);
+
+}  // namespace moe::gpu

@@ -1,0 +1,149 @@
+#include "coordinator/gpu/gpu_sequence_states.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+
+namespace moe::gpu {
+namespace {
+
+size_t kv_row_bytes(GgmlType t, int64_t elems, const char* which) {
+  const auto b = ggml_row_bytes(t, static_cast<uint64_t>(elems));
+  if (!b) {
+    throw Error(std::string(which) + " cache row of " + std::to_string(elems) +
+                " values does not split into " + ggml_type_label(static_cast<uint32_t>(t)) +
+                " blocks");
+  }
+  return static_cast<size_t>(*b);
+}
+
+size_t conv_floats(const model::ModelConfig& c) {
+  return static_cast<size_t>((c.ssm_conv_kernel - 1) * c.ssm_conv_channels());
+}
+size_t ssm_floats(const model::ModelConfig& c) {
+  return static_cast<size_t>(c.ssm_n_v_heads * c.ssm_head_v() * c.ssm_head_k);
+}
+
+}  // namespace
+
+const cuda::DeviceKvLayer& GpuSequenceStates::Slot::kv(int64_t layer) const {
+  const Layer& L = layers_.at(static_cast<size_t>(layer));
+  if (!L.k) throw Error("GPU sequence state: layer " + std::to_string(layer) + " has no K/V");
+  return L.view;
+}
+
+GpuSequenceStates::RecurrentView GpuSequenceStates::Slot::recurrent(int64_t layer) {
+  Layer& L = layers_.at(static_cast<size_t>(layer));
+  if (!L.ssm[0]) {
+    throw Error("GPU sequence state: layer " + std::to_string(layer) + " is not recurrent");
+  }
+  RecurrentView v;
+  v.conv_in = zero_ ? nullptr : L.conv[cur_].as<float>();
+  v.ssm_in = zero_ ? nullptr : L.ssm[cur_].as<float>();
+  v.conv_out = L.conv[1 - cur_].as<float>();
+  v.ssm_out = L.ssm[1 - cur_].as<float>();
+  return v;
+}
+
+GpuSequenceStates::GpuSequenceStates(VramBudget& budget, const model::ModelConfig& cfg,
+                                     size_t max_sequences)
+    : budget_(budget), cfg_(cfg), max_sequences_(max_sequences) {
+  slots_.reserve(max_sequences);  // slots are handed out by reference
+}
+
+uint64_t GpuSequenceStates::estimate_bytes(const model::ModelConfig& c, int64_t n_ctx) {
+  uint64_t b = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (c.is_recurrent(l)) {
+      b += 2 * (conv_floats(c) + ssm_floats(c)) * sizeof(float);
+    } else {
+      b += static_cast<uint64_t>(c.n_head_kv[static_cast<size_t>(l)] *
+                                 (c.head_dim_k + c.head_dim_v)) *
+           2u * static_cast<uint64_t>(std::max<int64_t>(n_ctx, 1));
+    }
+  }
+  return b;
+}
+
+GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache) {
+  const GgmlType kt = model::kv_ggml_type(cache.k_type());
+  const GgmlType vt = model::kv_ggml_type(cache.v_type());
+  for (GgmlType t : {kt, vt}) {
+    if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q8_0) {
+      throw Error("KV cache type " + ggml_type_label(static_cast<uint32_t>(t)) +
+                  " is not supported on the GPU (f32, f16, q8_0)");
+    }
+  }
+  ++clock_;
+  Slot* slot = nullptr;
+  for (Slot& s : slots_) {
+    if (s.owner_ == &cache) slot = &s;
+  }
+  if (cache.n_past() != 0) {
+    // Continuing: only a sequence evaluated here up to exactly this position has its state here.
+    if (!slot || slot->past_ != cache.n_past()) {
+      throw Error(
+          "GPU model: the state of this sequence is not in VRAM (a sequence must be evaluated "
+          "from position 0 by this model, and at most " +
+          std::to_string(max_sequences_) + " sequences are kept)");
+    }
+    slot->last_use_ = clock_;
+    return *slot;
+  }
+  if (!slot && slots_.size() < max_sequences_) slot = &slots_.emplace_back();
+  if (!slot) {
+    slot = &*std::min_element(slots_.begin(), slots_.end(), [](const Slot& a, const Slot& b) {
+      return a.last_use_ < b.last_use_;
+    });
+  }
+  slot->owner_ = &cache;
+  slot->past_ = 0;
+  slot->zero_ = true;
+  slot->last_use_ = clock_;
+  if (slot->layers_.empty() || cache.n_ctx() > slot->ctx_ || kt != slot->k_type_ ||
+      vt != slot->v_type_) {
+    allocate(*slot, cache, kt, vt);
+  }
+  return *slot;
+}
+
+void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache, GgmlType kt, GgmlType vt) {
+  s.layers_.clear();  // free before allocating, so the budget sees only the new size
+  s.ctx_ = (cache.n_ctx() + 255) / 256 * 256;
+  s.k_type_ = kt;
+  s.v_type_ = vt;
+  s.layers_.resize(static_cast<size_t>(cfg_.n_layer));
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    Slot::Layer& L = s.layers_[static_cast<size_t>(l)];
+    const std::string ls = std::to_string(l);
+    if (cfg_.is_recurrent(l)) {
+      for (int i = 0; i < 2; ++i) {
+        L.conv[i] = budget_.allocate(conv_floats(cfg_) * sizeof(float), VramUse::Kv,
+                                     "conv state layer " + ls);
+        L.ssm[i] = budget_.allocate(ssm_floats(cfg_) * sizeof(float), VramUse::Kv,
+                                    "DeltaNet state layer " + ls);
+      }
+      continue;
+    }
+    const int64_t hkv = cfg_.n_head_kv[static_cast<size_t>(l)];
+    const int64_t ke = hkv * cfg_.head_dim_k, ve = hkv * cfg_.head_dim_v;
+    const size_t kb = kv_row_bytes(kt, ke, "K"), vb = kv_row_bytes(vt, ve, "V");
+    const auto rows = static_cast<size_t>(s.ctx_);
+    L.k = budget_.allocate(kb * rows, VramUse::Kv, "K cache layer " + ls);
+    L.v = budget_.allocate(vb * rows, VramUse::Kv, "V cache layer " + ls);
+    L.view = {kt, vt, L.k.get(), L.v.get(), kb, vb, ke, ve, s.ctx_};
+  }
+}
+
+void GpuSequenceStates::commit(Slot& s, int64_t n_past) {
+  s.past_ = n_past;
+  bool recurrent = false;
+  for (const Slot::Layer& L : s.layers_) recurrent = recurrent || static_cast<bool>(L.ssm[0]);
+  if (recurrent) {
+    s.cur_ = 1 - s.cur_;
+    s.zero_ = false;
+  }
+}
+
+}  // namespace moe::gpu

@@ -1,0 +1,74 @@
+// The per-sequence state a GPU forward keeps in VRAM: K/V rows of every attention layer and, for a
+// hybrid model, the recurrent state (conv window and DeltaNet matrices) of every recurrent layer.
+// The host KvCache stays the sequence's identity and position count; a few slots (the engine
+// interleaves a one-token health probe with the running request) are tied to the caches they
+// were evaluated for. The recurrent state is double buffered like model::RecurrentState: a
+// forward reads the committed buffer and writes the other, and only commit() after the whole
+// batch succeeded makes it current, so a forward that throws leaves the sequence as it was.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/ggml_type.h"
+#include "coordinator/gpu/vram_budget.h"
+#include "coordinator/model/kv_cache.h"
+#include "coordinator/model/model_config.h"
+#include "kernels/cuda/attention.h"
+
+namespace moe::gpu {
+
+class GpuSequenceStates {
+ public:
+  struct RecurrentView {
+    const float* conv_in = nullptr;  // [kernel - 1][channels]; null: zeros (sequence start)
+    float* conv_out = nullptr;
+    const float* ssm_in = nullptr;  // [n_v_heads][head_v][head_k]; null: zeros
+    float* ssm_out = nullptr;
+  };
+
+  class Slot {
+   public:
+    const cuda::DeviceKvLayer& kv(int64_t layer) const;  // throws for a recurrent layer
+    RecurrentView recurrent(int64_t layer);              // throws for an attention layer
+
+   private:
+    friend class GpuSequenceStates;
+    struct Layer {
+      VramBuffer k, v;
+      cuda::DeviceKvLayer view{};
+      VramBuffer conv[2], ssm[2];  // recurrent layers only
+    };
+    const model::KvCache* owner_ = nullptr;
+    int64_t past_ = 0;  // owner's n_past after our last forward on it
+    uint64_t last_use_ = 0;
+    int64_t ctx_ = 0;
+    GgmlType k_type_ = GgmlType::F16, v_type_ = GgmlType::F16;
+    int cur_ = 0;       // the committed recurrent buffer
+    bool zero_ = true;  // the committed recurrent state is all zeros
+    std::vector<Layer> layers_;
+  };
+
+  GpuSequenceStates(VramBudget& budget, const model::ModelConfig& cfg, size_t max_sequences);
+
+  // The VRAM state of `cache`'s sequence. A cache at position 0 gets a slot (its own, a free one,
+  // else the least recently used); a cache past 0 must be the one this object evaluated up to
+  // exactly there, else moe::Error. Throws for KV types the GPU kernels lack (f32/f16/q8_0 only).
+  Slot& acquire(const model::KvCache& cache);
+  // After a forward succeeded: the slot is at `n_past` and the recurrent state it wrote is current.
+  static void commit(Slot& slot, int64_t n_past);
+
+  // Bytes of one sequence's state at `n_ctx` positions with an f16 cache (pool auto-sizing).
+  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx);
+
+ private:
+  void allocate(Slot& s, const model::KvCache& cache, GgmlType kt, GgmlType vt);
+
+  VramBudget& budget_;
+  const model::ModelConfig& cfg_;
+  size_t max_sequences_;
+  std::vector<Slot> slots_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace moe::gpu

@@ -1,0 +1,86 @@
+// The routed experts of every MoE layer of a GPU forward: experts with a VRAM copy (GPU-homed
+// layer or pool slot) run on the GPU while the CPU executor computes the others, both at once
+// (the GPU kernels are enqueued before the CPU computes its share). Routing is decided on the host
+// from the router logits, with the same code (and test hooks) as the CPU path, except in decode
+// of a fully resident layer without hooks, which routes on the device with no host round trip.
+// Shared by every architecture's GPU forward: it sees only x, the router logits and the output.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/gpu/expert_residency.h"
+#include "coordinator/gpu/gpu_options.h"
+#include "coordinator/gpu/pinned_buffer.h"
+#include "coordinator/gpu/vram_budget.h"
+#include "coordinator/model/model_arch.h"
+
+namespace moe::gpu {
+
+class RoutedExpertsGpu {
+ public:
+  // Expert homes from `opt` (-cmoe, -ncmoe); the pool is --moe-resident-mib, or in auto mode what
+  // the budget leaves after the GPU-homed experts, `other_bytes` (the caller's sequence state)
+  // and a reserve. `cpu_experts` null = an in-process CPU executor on `pool`.
+  RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& file, const model::ModelConfig& cfg,
+                   cpu::ThreadPool& pool, std::unique_ptr<model::ExpertExecutor> cpu_experts,
+                   const GpuOptions& opt, uint64_t other_bytes);
+
+  // Scratch for batches of up to n tokens (grow-only).
+  void reserve(int64_t n_tokens);
+
+  // out += the routed experts of `layer` for xn [n, n_embd] with router logits [n, n_expert],
+  // all on the device; enqueued on `stream`, and the CPU's share is computed before returning.
+  // Row i is the token at position pos0 + i (for the hooks).
+  void run(int64_t layer, int64_t n, const float* xn, const float* router_logits, float* out,
+           int64_t pos0, const model::ForwardHooks* hooks, cudaStream_t stream);
+
+  // The host routing of the last run() that routed on the host (every run when hooks observe).
+  model::LayerTrace trace(int64_t layer, int64_t pos0, int64_t n, const float* l_out) const;
+
+  // After a forward: refills the pool at 1, 8, 64, ... routed items.
+  void after_forward();
+
+  std::string summary() const { return residency_->summary(); }
+
+ private:
+  bool routes_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
+  void run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
+  void run_split(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
+  float* scratch(VramBuffer& b, size_t floats, const char* what);
+
+  VramBudget& budget_;
+  const model::ModelConfig& cfg_;
+  std::vector<model::ExpertLayerTensors> tensors_;
+  std::unique_ptr<ExpertResidency> residency_;
+  std::unique_ptr<model::ExpertExecutor> cpu_experts_;
+
+  int64_t reserved_ = 0;
+  VramBuffer d_cpu_out_, d_g_, d_u_, d_h_, d_y_, d_meta_;
+  // Decode with every expert of the layer in VRAM routes on the device.
+  static constexpr int64_t kDeviceRoutingMaxTokens = 4;
+  struct DeviceRouting {
+    VramBuffer buf;
+    float* probs = nullptr;
+    float* weights = nullptr;
+    int32_t* ids = nullptr;
+    int32_t* ident = nullptr;    // 0, 1, 2, ...: one group per item, and the down rows
+    int32_t* x_rows = nullptr;   // item i reads token i / k
+    int32_t* tok_off = nullptr;  // token t's items start at t * k
+    const void** gate = nullptr;
+    const void** up = nullptr;
+    const void** down = nullptr;
+  } dr_;
+  // Host side: pinned staging and routing scratch.
+  PinnedBuffer h_xn_, h_rlogits_, h_cpu_out_, h_meta_;
+  std::vector<float> rprobs_, rweights_;
+  std::vector<int32_t> rids_, forced_, group_of_, count_, next_row_;
+  std::vector<model::ExpertItem> cpu_items_;
+  uint64_t refill_at_ = 1;  // routed-item counts at which the pool is refilled
+};
+
+}  // namespace moe::gpu
