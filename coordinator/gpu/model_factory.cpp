@@ -6,6 +6,7 @@
 #include "common/error.h"
 
 #ifdef MOE_HAVE_CUDA
+#include "coordinator/gpu/qwen35moe_gpu.h"
 #include "coordinator/gpu/qwen3moe_gpu.h"
 #endif
 
@@ -36,13 +37,18 @@ std::unique_ptr<model::ModelArch> create_model(const gguf::GgufFile& file, cpu::
   }
 #ifdef MOE_HAVE_CUDA
   const std::string_view arch = file.require_string("general.architecture");
-  if (arch != "qwen3moe") {
-    throw Error("-ngl: the GPU path supports qwen3moe so far, not '" + std::string(arch) +
-                "' (use -ngl 0)");
+  if (arch == "qwen3moe") {
+    auto m = std::make_unique<Qwen3MoeGpu>(file, pool, std::move(experts), opt);
+    if (placement) *placement = m->describe();
+    return m;
   }
-  auto m = std::make_unique<Qwen3MoeGpu>(file, pool, std::move(experts), opt);
-  if (placement) *placement = m->describe();
-  return m;
+  if (arch == "qwen35moe") {
+    auto m = std::make_unique<Qwen35MoeGpu>(file, pool, std::move(experts), opt);
+    if (placement) *placement = m->describe();
+    return m;
+  }
+  throw Error("-ngl: the GPU path supports qwen3moe and qwen35moe, not '" + std::string(arch) +
+              "' (use -ngl 0)");
 #else
   (void)file;
   (void)pool;

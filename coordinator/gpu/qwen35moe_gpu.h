@@ -1,0 +1,92 @@
+// qwen35moe (Qwen3.5 / Qwen3.6-35B-A3B) with the dense part of every layer on the GPU (-ngl >=
+// n_layer): the gated DeltaNet layers (projections, causal conv, the recurrence, gated norm) and
+// their recurrent state, the gated attention layers and their KV cache, norms, router, shared
+// expert and output head in VRAM. The routed experts go through RoutedExpertsGpu exactly as
+// qwen3moe's (VRAM copies on the GPU, the rest on the CPU executor, at the same time); the shared
+// expert is enqueued first, so the GPU computes it while the CPU works on its share.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/gpu/gpu_options.h"
+#include "coordinator/gpu/gpu_sequence_states.h"
+#include "coordinator/gpu/routed_experts_gpu.h"
+#include "coordinator/gpu/token_io_gpu.h"
+#include "coordinator/gpu/vram_budget.h"
+#include "coordinator/model/model_arch.h"
+#include "kernels/cuda/device_matrix.h"
+
+namespace moe::gpu {
+
+class Qwen35MoeGpu final : public model::ModelArch {
+ public:
+  // `cpu_experts` computes the experts without a VRAM copy (in-process or worker processes);
+  // null = an in-process CPU executor on `pool`.
+  Qwen35MoeGpu(const gguf::GgufFile& file, cpu::ThreadPool& pool,
+               std::unique_ptr<model::ExpertExecutor> cpu_experts, const GpuOptions& opt);
+  ~Qwen35MoeGpu() override;
+
+  std::string_view name() const override { return "qwen35moe"; }
+  const model::ModelConfig& config() const override { return cfg_; }
+  void forward(std::span<const int32_t> tokens, model::KvCache& cache, model::LogitsMode mode,
+               float* logits, const model::ForwardHooks* hooks) override;
+
+  // Device, VRAM use by kind and where the experts live: printed at start.
+  std::string describe() const;
+
+ private:
+  struct Matrix {
+    VramBuffer buf;
+    cuda::DeviceMatrix m{};
+  };
+  struct Layer {
+    bool recurrent = false;
+    VramBuffer attn_norm, post_norm;
+    // Gated DeltaNet.
+    Matrix wqkv, wz, wbeta, walpha, wssm_out;
+    VramBuffer conv_w;  // [kernel][channels], tap-major (transposed from the file)
+    VramBuffer dt_bias, ssm_a, ssm_norm;
+    // Gated attention.
+    Matrix wq, wk, wv, wo;
+    VramBuffer q_norm, k_norm;
+    int64_t n_head = 0, n_head_kv = 0;
+    // Router and shared expert.
+    Matrix router, sh_gate, sh_up, sh_down, sh_gate_inp;
+  };
+  void load_layer(const gguf::GgufFile& f, int64_t l, Layer& L);
+  Matrix matrix(const gguf::TensorInfo& t);
+  void ensure_scratch(int64_t n_tokens);
+  float* scratch(VramBuffer& b, size_t floats, const char* what);
+  // Mixer of layer l on xn (n tokens), output in d_mix_.
+  void delta_net_layer(const Layer& L, int64_t l, int64_t n, GpuSequenceStates::Slot& seq);
+  void attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0,
+                       GpuSequenceStates::Slot& seq);
+  // x = h + routed + sigmoid-gated shared expert of the normalised xn (x holds h on entry).
+  void ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const model::ForwardHooks* hooks);
+
+  model::ModelConfig cfg_;
+  GpuOptions opt_;
+  std::string device_name_;
+  VramBudget budget_;
+  cudaStream_t stream_ = nullptr;
+
+  std::unique_ptr<TokenIoGpu> io_;  // embeddings in, logits out
+  std::vector<Layer> layers_;
+  std::unique_ptr<RoutedExpertsGpu> experts_;
+  // K/V and recurrent state of the running request and of the health probe.
+  GpuSequenceStates seqs_;
+
+  // Device scratch, grow-only.
+  int64_t scratch_tokens_ = 0;
+  VramBuffer d_x_, d_xn_, d_mix_, d_moe_, d_rlogits_;
+  VramBuffer d_qkv_, d_conv_, d_z_, d_ssm_o_, d_beta_, d_gate_;    // DeltaNet
+  VramBuffer d_qg_, d_q_, d_og_, d_k_, d_v_, d_attn_, d_attn_ws_;  // attention
+  VramBuffer d_sg_, d_su_, d_sh_, d_ss_;                           // shared expert
+  std::vector<float> h_trace_, l_out_;                             // observe_layer only
+};
+
+}  // namespace moe::gpu
