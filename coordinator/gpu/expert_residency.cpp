@@ -13,11 +13,6 @@ namespace {
 // Sub-matrices start on 256-byte boundaries so device loads of any width stay aligned.
 size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }
 
-size_t expert_bytes(const gguf::TensorInfo& t) {
-  const cpu::WeightMatrix w = model::expert_matrix(t, 0);
-  return static_cast<size_t>(w.n_out) * w.row_bytes;
-}
-
 }  // namespace
 
 ExpertResidency::ExpertResidency(VramBudget& budget,
@@ -33,30 +28,33 @@ ExpertResidency::ExpertResidency(VramBudget& budget,
 
   for (int64_t l = 0; l < n_layer; ++l) {
     const model::ExpertLayerTensors& t = layers[static_cast<size_t>(l)];
-    const size_t g = expert_bytes(*t.gate), u = expert_bytes(*t.up), d = expert_bytes(*t.down);
+    const size_t g = t.gate.expert_bytes(), u = t.up.expert_bytes(), d = t.down.expert_bytes();
     if (!gpu_home_[static_cast<size_t>(l)]) {
       ++n_cpu_layers_;
       layout_[static_cast<size_t>(l)] = {align_up(g), align_up(g) + align_up(u)};
       slot_bytes_ = std::max<uint64_t>(slot_bytes_, align_up(g) + align_up(u) + align_up(d));
       continue;
     }
-    // The whole layer in VRAM, in the file's layout (expert e at e * per-expert bytes).
+    // The whole layer in VRAM, in the file's layout (gate and up may share one fused tensor).
     const std::string p = "layer " + std::to_string(l) + " experts";
-    VramBuffer bg = budget.allocate(t.gate->n_bytes, VramUse::Experts, p + " (gate)");
-    VramBuffer bu = budget.allocate(t.up->n_bytes, VramUse::Experts, p + " (up)");
-    VramBuffer bd = budget.allocate(t.down->n_bytes, VramUse::Experts, p + " (down)");
-    MOE_CUDA_CHECK(cudaMemcpy(bg.get(), t.gate->data, t.gate->n_bytes, cudaMemcpyHostToDevice));
-    MOE_CUDA_CHECK(cudaMemcpy(bu.get(), t.up->data, t.up->n_bytes, cudaMemcpyHostToDevice));
-    MOE_CUDA_CHECK(cudaMemcpy(bd.get(), t.down->data, t.down->n_bytes, cudaMemcpyHostToDevice));
-    for (int64_t e = 0; e < n_expert; ++e) {
-      const auto off = static_cast<size_t>(e);
-      table_[static_cast<size_t>(l * n_expert + e)] = {bg.as<unsigned char>() + off * g,
-                                                       bu.as<unsigned char>() + off * u,
-                                                       bd.as<unsigned char>() + off * d};
+    const std::vector<const gguf::TensorInfo*> tensors = t.tensors();
+    std::vector<const unsigned char*> base(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      VramBuffer b = budget.allocate(tensors[i]->n_bytes, VramUse::Experts,
+                                     p + " (" + std::string(tensors[i]->name) + ")");
+      MOE_CUDA_CHECK(
+          cudaMemcpy(b.get(), tensors[i]->data, tensors[i]->n_bytes, cudaMemcpyHostToDevice));
+      base[i] = b.as<unsigned char>();
+      layer_bufs_.push_back(std::move(b));
     }
-    layer_bufs_.push_back(std::move(bg));
-    layer_bufs_.push_back(std::move(bu));
-    layer_bufs_.push_back(std::move(bd));
+    const auto on_device = [&](const model::ExpertProjection& proj, int64_t e) -> const void* {
+      const auto it = std::find(tensors.begin(), tensors.end(), proj.tensor);
+      return base[static_cast<size_t>(it - tensors.begin())] + proj.offset(e);
+    };
+    for (int64_t e = 0; e < n_expert; ++e) {
+      table_[static_cast<size_t>(l * n_expert + e)] = {on_device(t.gate, e), on_device(t.up, e),
+                                                       on_device(t.down, e)};
+    }
   }
 
   if (n_cpu_layers_ < n_layer) {
@@ -89,14 +87,11 @@ void ExpertResidency::upload(int64_t layer, int64_t expert, int64_t slot) {
   const model::ExpertLayerTensors& t = layers_[static_cast<size_t>(layer)];
   const SlotLayout& lay = layout_[static_cast<size_t>(layer)];
   unsigned char* base = pool_.as<unsigned char>() + static_cast<size_t>(slot) * slot_bytes_;
-  const cpu::WeightMatrix g = model::expert_matrix(*t.gate, expert);
-  const cpu::WeightMatrix u = model::expert_matrix(*t.up, expert);
-  const cpu::WeightMatrix d = model::expert_matrix(*t.down, expert);
   MOE_CUDA_CHECK(
-      cudaMemcpy(base, g.data, static_cast<size_t>(g.n_out) * g.row_bytes, cudaMemcpyHostToDevice));
-  MOE_CUDA_CHECK(cudaMemcpy(base + lay.up, u.data, static_cast<size_t>(u.n_out) * u.row_bytes,
-                            cudaMemcpyHostToDevice));
-  MOE_CUDA_CHECK(cudaMemcpy(base + lay.down, d.data, static_cast<size_t>(d.n_out) * d.row_bytes,
+      cudaMemcpy(base, t.gate.data(expert), t.gate.expert_bytes(), cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(
+      cudaMemcpy(base + lay.up, t.up.data(expert), t.up.expert_bytes(), cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(cudaMemcpy(base + lay.down, t.down.data(expert), t.down.expert_bytes(),
                             cudaMemcpyHostToDevice));
   table_[static_cast<size_t>(layer * n_expert_ + expert)] = {base, base + lay.up, base + lay.down};
 }

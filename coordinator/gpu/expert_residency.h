@@ -66,7 +66,7 @@ class ExpertResidency {
   std::vector<bool> gpu_home_;
   int64_t n_expert_;
   int64_t n_cpu_layers_ = 0;
-  std::vector<VramBuffer> layer_bufs_;  // gate, up, down of each GPU-homed layer
+  std::vector<VramBuffer> layer_bufs_;  // the expert tensors of each GPU-homed layer
   VramBuffer tables_;                   // device_table() of every layer
   std::vector<SlotLayout> layout_;      // per layer
   uint64_t slot_bytes_ = 0;

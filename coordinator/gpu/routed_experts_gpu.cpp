@@ -41,10 +41,6 @@ T* grow(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
-size_t row_bytes(const gguf::TensorInfo* t, int64_t n_in) {
-  return static_cast<size_t>(*ggml_row_bytes(t->type(), static_cast<uint64_t>(n_in)));
-}
-
 }  // namespace
 
 RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
@@ -64,7 +60,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
     gpu_home[static_cast<size_t>(l)] = on_gpu;
     if (on_gpu) {
       const auto& t = tensors_[static_cast<size_t>(l)];
-      gpu_expert_bytes += t.gate->n_bytes + t.up->n_bytes + t.down->n_bytes;
+      gpu_expert_bytes += t.bytes();
     }
   }
   uint64_t pool_bytes = 0;
@@ -181,13 +177,13 @@ void RoutedExpertsGpu::run_on_device(int64_t l, int64_t n, const float* xn, floa
   float* du = d_u_.as<float>();
   float* dh = d_h_.as<float>();
   float* dy = d_y_.as<float>();
-  cuda::grouped_matmul(et.gate->type(), E, F, row_bytes(et.gate, E), dr_.gate, dr_.ident, ig,
-                       dr_.x_rows, items, 1, xn, E, dg, stream);
-  cuda::grouped_matmul(et.up->type(), E, F, row_bytes(et.up, E), dr_.up, dr_.ident, ig, dr_.x_rows,
+  cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.ident, ig, dr_.x_rows,
+                       items, 1, xn, E, dg, stream);
+  cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes, dr_.up, dr_.ident, ig, dr_.x_rows,
                        items, 1, xn, E, du, stream);
   cuda::swiglu(dg, du, dh, items * F, stream);
-  cuda::grouped_matmul(et.down->type(), F, E, row_bytes(et.down, F), dr_.down, dr_.ident, ig,
-                       dr_.ident, items, 1, dh, F, dy, stream);
+  cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes, dr_.down, dr_.ident, ig, dr_.ident,
+                       items, 1, dh, F, dy, stream);
   cuda::combine_rows(dy, dr_.tok_off, dr_.ident, dr_.weights, n, E, /*accumulate=*/true, out,
                      stream);
 }
@@ -273,14 +269,14 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     float* du = d_u_.as<float>();
     float* dh = d_h_.as<float>();
     float* dy = d_y_.as<float>();
-    cuda::grouped_matmul(et.gate->type(), E, F, row_bytes(et.gate, E),
+    cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes,
                          reinterpret_cast<const void* const*>(dev(wg)), d_off, n_groups, d_xrows,
                          total, max_rows, xn, E, dg, stream);
-    cuda::grouped_matmul(et.up->type(), E, F, row_bytes(et.up, E),
+    cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes,
                          reinterpret_cast<const void* const*>(dev(wu)), d_off, n_groups, d_xrows,
                          total, max_rows, xn, E, du, stream);
     cuda::swiglu(dg, du, dh, total * F, stream);
-    cuda::grouped_matmul(et.down->type(), F, E, row_bytes(et.down, F),
+    cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes,
                          reinterpret_cast<const void* const*>(dev(wd)), d_off, n_groups,
                          reinterpret_cast<const int32_t*>(dev(ident)), total, max_rows, dh, F, dy,
                          stream);

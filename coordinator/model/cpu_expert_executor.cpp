@@ -21,16 +21,6 @@ void grow(std::vector<T>& v, size_t n) {
 
 }  // namespace
 
-ExpertLayerTensors require_expert_tensors(const gguf::GgufFile& f, int64_t layer, int64_t n_embd,
-                                          int64_t n_ff, int64_t n_expert) {
-  const std::string p = "blk." + std::to_string(layer) + ".";
-  ExpertLayerTensors et;
-  et.gate = &require_tensor(f, p + "ffn_gate_exps.weight", {n_embd, n_ff, n_expert});
-  et.up = &require_tensor(f, p + "ffn_up_exps.weight", {n_embd, n_ff, n_expert});
-  et.down = &require_tensor(f, p + "ffn_down_exps.weight", {n_ff, n_embd, n_expert});
-  return et;
-}
-
 CpuExpertExecutor::CpuExpertExecutor(std::vector<ExpertLayerTensors> layers, int64_t n_embd,
                                      int64_t n_ff, int64_t n_expert, cpu::ThreadPool& pool,
                                      cpu::Isa isa)
@@ -38,11 +28,12 @@ CpuExpertExecutor::CpuExpertExecutor(std::vector<ExpertLayerTensors> layers, int
   layers_.resize(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
     const ExpertLayerTensors& t = layers[l];
-    if (!t.gate || !t.up || !t.down) throw Error("expert executor: layer tensors missing");
+    if (!t.gate.tensor || !t.up.tensor || !t.down.tensor) {
+      throw Error("expert executor: layer tensors missing");
+    }
     layers_[l].resize(static_cast<size_t>(n_expert));
     for (int64_t e = 0; e < n_expert; ++e) {
-      layers_[l][static_cast<size_t>(e)] = {expert_matrix(*t.gate, e), expert_matrix(*t.up, e),
-                                            expert_matrix(*t.down, e)};
+      layers_[l][static_cast<size_t>(e)] = {t.gate.matrix(e), t.up.matrix(e), t.down.matrix(e)};
     }
   }
   count_.resize(static_cast<size_t>(n_expert));

@@ -8,24 +8,11 @@
 
 #include "common/gguf.h"
 #include "coordinator/model/expert_executor.h"
+#include "coordinator/model/expert_tensors.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moe::model {
-
-// A layer's stacked expert tensors: gate/up [n_embd, n_ff, n_expert], down [n_ff, n_embd,
-// n_expert].
-struct ExpertLayerTensors {
-  const gguf::TensorInfo* gate = nullptr;
-  const gguf::TensorInfo* up = nullptr;
-  const gguf::TensorInfo* down = nullptr;
-};
-
-// Layer `layer`'s blk.L.ffn_{gate,up,down}_exps.weight, each checked for presence, exact shape and
-// a computable type (moe::Error naming the tensor otherwise). Shared by the model, which checks
-// them while loading, and the CPU worker process, which computes with them.
-ExpertLayerTensors require_expert_tensors(const gguf::GgufFile& f, int64_t layer, int64_t n_embd,
-                                          int64_t n_ff, int64_t n_expert);
 
 class CpuExpertExecutor final : public ExpertExecutor {
  public:

@@ -7,6 +7,7 @@
 #include "coordinator/gpu/qwen35moe_gpu.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "common/gguf.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/gpu/gpu_golden_util.h"
+#include "tests/model/fused_experts.h"
 #include "tests/model/golden_compare.h"
 #include "tests/testdata.h"
 
@@ -227,6 +229,34 @@ TEST(Qwen35Gpu, DeviceRoutingMatchesHostRouting) {
         static_cast<int64_t>(on_host.logits.size()));
   std::printf("qwen35moe device vs host routing: max %.3g rms %.3g\n", d.max, d.rms());
   EXPECT_LE(d.max, 1e-3);
+}
+
+// A file with fused ffn_gate_up_exps gives the same logits bit for bit as the separate tensors,
+// whether a layer's experts are uploaded whole, copied into pool slots or left to the CPU.
+TEST(Qwen35Gpu, FusedGateUpExpertsGiveIdenticalLogits) {
+  REQUIRE_GPU();
+  const std::string m = any_model();
+  const std::string fused_path =
+      (fs::temp_directory_path() / ("moe_q35_gpu_fused_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  moe::test::write_fused_gate_up(model_path(m).string(), fused_path);
+  {
+    const auto plain = moe::gguf::GgufFile::open(model_path(m).string());
+    const auto fused = moe::gguf::GgufFile::open(fused_path);
+    ASSERT_NE(fused.find_tensor("blk.0.ffn_gate_up_exps.weight"), nullptr);
+    moe::cpu::ThreadPool pool(2);
+    const fs::path dir = golden_dir(m, "raw");
+    for (const Placement& p : kPlacements) {
+      SCOPED_TRACE(p.name);
+      Qwen35MoeGpu a(plain, pool, nullptr, options(p));
+      Qwen35MoeGpu b(fused, pool, nullptr, options(p));
+      const std::vector<float> want = run_forced(a, dir, KvType::F32);
+      const std::vector<float> got = run_forced(b, dir, KvType::F32);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    }
+  }
+  fs::remove(fused_path);
 }
 
 TEST(Qwen35Gpu, ClearErrors) {

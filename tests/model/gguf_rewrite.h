@@ -24,6 +24,14 @@ struct GgufEdit {
   std::vector<std::pair<std::string, std::string>> copies;
   // Extra zero-filled F32 tensors: {name, shape}.
   std::vector<std::pair<std::string, std::vector<int64_t>>> zeros;
+  // Extra tensors whose bytes `fill` writes (n = the tensor's size in bytes).
+  struct Generated {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> ne;
+    std::function<void(uint8_t* dst, uint64_t n)> fill;
+  };
+  std::vector<Generated> generated;
 };
 
 inline void rewrite_gguf(const std::string& src_path, const std::string& dst_path,
@@ -57,8 +65,12 @@ inline void rewrite_gguf(const std::string& src_path, const std::string& dst_pat
     w.add_tensor(name, GgmlType::F32, ne);
     data.push_back(nullptr);
   }
+  const size_t first_generated = data.size();
+  for (const auto& g : e.generated) w.add_tensor(g.name, g.type, g.ne);
   w.write(dst_path, [&](size_t i, uint8_t* dst, uint64_t n) {
-    if (data[i] && data[i]->n_bytes == n) {
+    if (i >= first_generated) {
+      e.generated[i - first_generated].fill(dst, n);
+    } else if (data[i] && data[i]->n_bytes == n) {
       std::memcpy(dst, data[i]->data, n);
     } else {
       std::memset(dst, 0, n);

@@ -33,6 +33,7 @@
 #include "coordinator/model/remote_expert_executor.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "tests/model/alloc_counter.h"
+#include "tests/model/fused_experts.h"
 #include "tests/model/gguf_rewrite.h"
 #include "tests/model/golden_compare.h"
 #include "tests/testdata.h"
@@ -616,6 +617,39 @@ TEST(Qwen35Model, MtpBlockIsIgnored) {
                  moe::Error);
   }
   fs::remove(dst);
+}
+
+// Files that fuse gate and up experts into ffn_gate_up_exps give the same logits bit for bit, in
+// process and through the worker-side executor (both read experts through ExpertProjection).
+TEST(Qwen35Model, FusedGateUpExpertsGiveIdenticalLogits) {
+  const std::string dst = tmp_path("fused");
+  moe::test::write_fused_gate_up(model_path("Q4_K_M"), dst);
+  {
+    Loaded orig("Q4_K_M"), fused("Q4_K_M", 1, dst);
+    ASSERT_NE(fused.file.find_tensor("blk.0.ffn_gate_up_exps.weight"), nullptr);
+    ASSERT_EQ(fused.file.find_tensor("blk.0.ffn_gate_exps.weight"), nullptr);
+    KvCache a = orig.model->make_cache(64, KvType::F32, KvType::F32);
+    KvCache b = fused.model->make_cache(64, KvType::F32, KvType::F32);
+    EXPECT_TRUE(bitwise_equal(run(fused, b, 0, 2), run(orig, a, 0, 2)));
+  }
+  // Both layouts at once are ambiguous: refused, naming the tensor.
+  const std::string both = tmp_path("both");
+  moe::test::GgufEdit e;
+  e.copies.push_back({"blk.1.ffn_gate_up_exps.weight", "blk.1.ffn_gate_exps.weight"});
+  moe::test::rewrite_gguf(model_path("Q4_K_M"), both, e);
+  {
+    const auto file = moe::gguf::GgufFile::open(both);
+    moe::cpu::ThreadPool pool(1);
+    try {
+      create_model_arch(file, pool);
+      ADD_FAILURE() << "a file with fused and separate gate/up experts loaded";
+    } catch (const moe::Error& err) {
+      EXPECT_NE(std::string(err.what()).find("blk.1.ffn_gate_up_exps"), std::string::npos)
+          << err.what();
+    }
+  }
+  fs::remove(dst);
+  fs::remove(both);
 }
 
 // Routed experts in a moe-cpu-worker process give the in-process logits bit for bit: nothing in
