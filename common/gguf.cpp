@@ -763,7 +763,7 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string name) {
   return GgufParser(bytes, name).parse();
 }
 
-GgufFile GgufFile::open(const std::string& path) {
+GgufFile GgufFile::open(const std::string& path, LoadMode mode) {
   const auto split = parse_split_name(path);
   const uint32_t count = split ? split->count : 1;
 
@@ -771,7 +771,7 @@ GgufFile GgufFile::open(const std::string& path) {
   uint64_t total_tensors = 0;
   for (uint32_t k = 0; k < count; ++k) {
     const std::string p = split ? shard_path(*split, k + 1) : path;
-    auto map = MappedFile::open(p);
+    auto map = MappedFile::open(p, mode);
     GgufFile shard = GgufParser(map->bytes(), p).parse();
     shard.maps_.push_back(std::move(map));
     GgufParser::check_split_keys(shard, k, count, split.has_value());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/ggml_type.h"
+#include "common/mapped_file.h"
 
 namespace moe::gguf {
 
@@ -81,8 +82,9 @@ class MappedFile;  // common/mapped_file.h
 class GgufFile {
  public:
   // Opens and validates a file. A name like "x-00001-of-00003.gguf" opens every shard.
-  // Throws moe::Error with the path and the reason on any malformed input.
-  static GgufFile open(const std::string& path);
+  // Throws moe::Error with the path and the reason on any malformed input. `mode`: mapped, or
+  // read into (huge-page) memory (llama.cpp's --no-mmap).
+  static GgufFile open(const std::string& path, LoadMode mode = LoadMode::Mapped);
 
   // Parses an in-memory image (used by tests and the fuzzer). `bytes` must outlive the result.
   static GgufFile parse(std::span<const uint8_t> bytes, std::string name = "<memory>");

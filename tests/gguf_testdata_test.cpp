@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -156,6 +157,28 @@ TEST(GgufTestdata, VocabOnlyFile) {
   EXPECT_FALSE(f.require_bool("tokenizer.ggml.add_bos_token"));
   EXPECT_EQ(f.require_string("tokenizer.ggml.pre"), "qwen2");
   EXPECT_NE(f.require_string("tokenizer.chat_template").find("<|im_start|>"), std::string::npos);
+}
+
+// --no-mmap reads every file into memory: the same tensors, byte for byte, at addresses on a
+// huge-page boundary; a missing file fails as when mapping.
+TEST(GgufTestdata, LoadedFilesEqualMappedFiles) {
+  for (const fs::path& p : gguf_files()) {
+    SCOPED_TRACE(p.filename().string());
+    const GgufFile mapped = GgufFile::open(p.string());
+    const GgufFile loaded = GgufFile::open(p.string(), LoadMode::Loaded);
+    ASSERT_EQ(loaded.tensors().size(), mapped.tensors().size());
+    for (size_t i = 0; i < mapped.tensors().size(); ++i) {
+      const TensorInfo& a = mapped.tensors()[i];
+      const TensorInfo& b = loaded.tensors()[i];
+      ASSERT_EQ(a.name, b.name);
+      ASSERT_EQ(a.n_bytes, b.n_bytes);
+      ASSERT_NE(a.data, b.data);
+      ASSERT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name;
+    }
+    EXPECT_EQ(loaded.require_string("general.architecture"),
+              mapped.require_string("general.architecture"));
+  }
+  EXPECT_THROW(GgufFile::open("/nonexistent/model.gguf", LoadMode::Loaded), moe::Error);
 }
 
 }  // namespace

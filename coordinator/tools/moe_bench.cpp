@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -43,6 +44,7 @@ struct Args {
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
   int pool_spin = moe::cpu::ThreadPool::kDefaultSpin;  // both processes' pools
+  int mmap = 1;  // 0: read the file into (huge-page) memory instead of mapping it
   moe::gpu::GpuOptions gpu;
 };
 
@@ -64,6 +66,17 @@ void summarize(Result& r) {
   double sq = 0;
   for (double x : s) sq += (x - r.mean) * (x - r.mean);
   r.stddev = n > 1 ? std::sqrt(sq / static_cast<double>(n - 1)) : 0.0;  // sample sd, as llama-bench
+}
+
+// AnonHugePages of this process in MiB ("?" where the kernel does not say).
+std::string anon_huge_mib() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string key;
+  uint64_t kb = 0;
+  while (in >> key) {
+    if (key == "AnonHugePages:" && in >> kb) return std::to_string(kb / 1024);
+  }
+  return "?";
 }
 
 std::string format_params(uint64_t n) {
@@ -104,7 +117,12 @@ std::unique_ptr<ExpertExecutor> start_worker(const Args& a, const moe::gguf::Ggu
 }
 
 int run(const Args& a) {
-  const auto file = moe::gguf::GgufFile::open(a.model);
+  const auto file = moe::gguf::GgufFile::open(
+      a.model, a.mmap ? moe::gguf::LoadMode::Mapped : moe::gguf::LoadMode::Loaded);
+  if (!a.mmap) {
+    std::fprintf(stderr, "moe-bench: model read into memory, %s MiB of it in huge pages\n",
+                 anon_huge_mib().c_str());
+  }
   const int threads = a.threads > 0
                           ? a.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -230,6 +248,10 @@ int main(int argc, char** argv) {
   app.add_option("--cache-type-v", a.ctv, "V cache type (-ctv)")->check(CLI::IsMember(kv_types));
   app.add_option("--experts", a.experts, "where routed experts run: inproc|process")
       ->check(CLI::IsMember({"inproc", "process"}));
+  app.add_option("--mmap", a.mmap,
+                 "-mmp 1: map the model file; -mmp 0: read it into memory (transparent huge "
+                 "pages), as llama-bench")
+      ->check(CLI::Range(0, 1));
   app.add_option("--pool-spin", a.pool_spin,
                  "pause iterations an idle thread-pool thread spins before sleeping (both "
                  "processes with --experts process)")

@@ -220,6 +220,12 @@ TEST(RunTool, BenchPrintsTableAndJson) {
   EXPECT_EQ(j[1].at("test"), "tg4");
   EXPECT_GT(j[0].at("median_ts").get<double>(), 0.0);
   EXPECT_GT(j[1].at("median_ts").get<double>(), 0.0);
+  // -mmp 0 (llama-bench's flag) reads the model into memory and says how much is in huge pages.
+  const Proc loaded = run(bench + " -mmp 0", true);
+  ASSERT_EQ(loaded.rc, 0) << loaded.out;
+  EXPECT_NE(loaded.out.find("model read into memory"), std::string::npos) << loaded.out;
+  EXPECT_NE(loaded.out.find("| tg4 | "), std::string::npos) << loaded.out;
+  EXPECT_NE(run(bench + " -mmp 2", true).rc, 0);
 }
 
 }  // namespace
