@@ -32,6 +32,8 @@ class Qwen35MoeGpu final : public model::ModelArch {
 
   std::string_view name() const override { return "qwen35moe"; }
   const model::ModelConfig& config() const override { return cfg_; }
+  // K/V (and recurrent state) live in VRAM: the host cache only names the sequence.
+  model::KvStorage cache_storage() const override { return model::KvStorage::None; }
   void forward(std::span<const int32_t> tokens, model::KvCache& cache, model::LogitsMode mode,
                float* logits, const model::ForwardHooks* hooks) override;
 

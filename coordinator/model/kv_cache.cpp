@@ -96,8 +96,9 @@ GgmlType kv_ggml_type(KvType t) {
   return GgmlType::F32;
 }
 
-KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type)
-    : n_ctx_(n_ctx), k_type_(k_type), v_type_(v_type) {
+KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type,
+                 KvStorage storage)
+    : n_ctx_(n_ctx), k_type_(k_type), v_type_(v_type), storage_(storage) {
   if (n_ctx < 1 || n_ctx > (int64_t{1} << 24)) {
     throw Error("invalid context length " + std::to_string(n_ctx));
   }
@@ -118,10 +119,19 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_
     }
     L.k_row_bytes = static_cast<size_t>(*kb);
     L.v_row_bytes = static_cast<size_t>(*vb);
+    if (storage == KvStorage::None) continue;
     L.k.resize(L.k_row_bytes * static_cast<size_t>(n_ctx));
     L.v.resize(L.v_row_bytes * static_cast<size_t>(n_ctx));
   }
-  if (!cfg.recurrent.empty()) rs_ = RecurrentState(cfg);
+  if (!cfg.recurrent.empty() && storage == KvStorage::Host) rs_ = RecurrentState(cfg);
+}
+
+void KvCache::require_host(const char* what) const {
+  if (storage_ == KvStorage::None) {
+    throw Error(std::string("KV cache: ") + what +
+                " needs host storage; this cache was made for a GPU model, whose sequence state "
+                "lives in VRAM");
+  }
 }
 
 void KvCache::check_room(int64_t n) const {
@@ -137,6 +147,7 @@ void KvCache::store(int64_t layer, int64_t pos, const float* k_row, const float*
     throw Error("context length " + std::to_string(n_ctx_) + " exceeded (position " +
                 std::to_string(pos) + ")");
   }
+  require_host("store");
   Layer& L = layers_.at(static_cast<size_t>(layer));
   if (L.k_row_bytes == 0) {
     throw Error("layer " + std::to_string(layer) + " is recurrent and keeps no K/V");
@@ -146,16 +157,19 @@ void KvCache::store(int64_t layer, int64_t pos, const float* k_row, const float*
 }
 
 const float* KvCache::k_f32(int64_t layer) const {
+  require_host("reading K");
   if (k_type_ != KvType::F32) return nullptr;
   return reinterpret_cast<const float*>(layers_.at(static_cast<size_t>(layer)).k.data());
 }
 
 const float* KvCache::v_f32(int64_t layer) const {
+  require_host("reading V");
   if (v_type_ != KvType::F32) return nullptr;
   return reinterpret_cast<const float*>(layers_.at(static_cast<size_t>(layer)).v.data());
 }
 
 void KvCache::read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const {
+  require_host("reading K");
   const Layer& L = layers_.at(static_cast<size_t>(layer));
   for (int64_t i = 0; i < n; ++i) {
     cpu::dequantize_row(kv_ggml_type(k_type_),
@@ -165,6 +179,7 @@ void KvCache::read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const {
 }
 
 void KvCache::read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const {
+  require_host("reading V");
   const Layer& L = layers_.at(static_cast<size_t>(layer));
   for (int64_t i = 0; i < n; ++i) {
     cpu::dequantize_row(kv_ggml_type(v_type_),

@@ -17,6 +17,11 @@ namespace moe::model {
 
 enum class KvType { F32, F16, Q8_0, Q4_0 };
 
+// Where a cache keeps its K/V rows and recurrent state. A GPU forward keeps them in VRAM and uses
+// the host cache only as the sequence's identity and position count: None allocates nothing on
+// the host (an f16 cache of qwen3-30b at 32k positions would otherwise hold 3 GB of unused RAM).
+enum class KvStorage { Host, None };
+
 // "f32", "f16", "q8_0", "q4_0"; anything else throws moe::Error.
 KvType parse_kv_type(std::string_view name);
 std::string_view kv_type_name(KvType t);
@@ -25,15 +30,17 @@ GgmlType kv_ggml_type(KvType t);
 class KvCache {
  public:
   // Storage for n_ctx positions of every attention layer of `cfg` (recurrent layers keep no K/V)
-  // and the recurrent state. Throws moe::Error when n_ctx < 1 or a row does not split into whole
-  // blocks of the chosen type.
-  KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type);
+  // and the recurrent state (none with KvStorage::None: then every access to them throws). Throws
+  // moe::Error when n_ctx < 1 or a row does not split into whole blocks of the chosen type.
+  KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type,
+          KvStorage storage = KvStorage::Host);
 
   int64_t n_ctx() const { return n_ctx_; }
   // Positions already evaluated (the next token goes at n_past()).
   int64_t n_past() const { return n_past_; }
   KvType k_type() const { return k_type_; }
   KvType v_type() const { return v_type_; }
+  KvStorage storage() const { return storage_; }
   int64_t k_row_elems(int64_t layer) const { return layers_[static_cast<size_t>(layer)].k_elems; }
   int64_t v_row_elems(int64_t layer) const { return layers_[static_cast<size_t>(layer)].v_elems; }
 
@@ -52,7 +59,7 @@ class KvCache {
   void read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const;
 
   // The recurrent layers' state (read the committed buffers, write the others); throws
-  // moe::Error for a layer without one.
+  // moe::Error for a layer without one. A cache without host storage has none.
   bool has_recurrent(int64_t layer) const { return rs_.has_layer(layer); }
   RecurrentState::LayerView recurrent(int64_t layer) { return rs_.layer(layer); }
 
@@ -66,6 +73,7 @@ class KvCache {
   }
 
  private:
+  void require_host(const char* what) const;  // throws for KvStorage::None
   struct Layer {
     int64_t k_elems = 0, v_elems = 0;
     size_t k_row_bytes = 0, v_row_bytes = 0;
@@ -74,6 +82,7 @@ class KvCache {
   int64_t n_ctx_;
   int64_t n_past_ = 0;
   KvType k_type_, v_type_;
+  KvStorage storage_;
   std::vector<Layer> layers_;
   RecurrentState rs_;
 };

@@ -62,8 +62,10 @@ class ModelArch {
 
   // The sequence state (KV cache, and recurrent state for hybrid models) of one sequence.
   KvCache make_cache(int64_t n_ctx, KvType k_type, KvType v_type) const {
-    return KvCache(config(), n_ctx, k_type, v_type);
+    return KvCache(config(), n_ctx, k_type, v_type, cache_storage());
   }
+  // Where this forward keeps sequence state: GPU forwards keep it in VRAM (KvStorage::None).
+  virtual KvStorage cache_storage() const { return KvStorage::Host; }
 };
 
 // The implementation for the file's general.architecture; throws moe::Error for unknown

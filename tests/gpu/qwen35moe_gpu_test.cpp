@@ -287,6 +287,10 @@ TEST(Qwen35Gpu, ClearErrors) {
   expect_error([&] { gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr); },
                "not in VRAM");
   KvCache d = gpu.make_cache(4, KvType::F16, KvType::F16);
+  // The sequence state lives in VRAM: nothing on the host, and the CPU model refuses the cache.
+  EXPECT_EQ(d.storage(), KvStorage::None);
+  expect_error([&] { cpu->forward(toks, d, LogitsMode::Last, logits.data(), nullptr); },
+               "no recurrent state");
   gpu.forward(toks, d, LogitsMode::Last, logits.data(), nullptr);
   expect_error([&] { gpu.forward(toks, d, LogitsMode::Last, logits.data(), nullptr); },
                "context length");

@@ -107,6 +107,47 @@ TEST(KvCache, ContextOverflowIsAnError) {
   fs::remove(path);
 }
 
+// A cache for a GPU model (KvStorage::None) keeps positions but no host K/V or recurrent state:
+// every access to them is a clear error, and a CPU model refuses it instead of reading garbage.
+TEST(KvCache, WithoutHostStorageCountsPositionsOnly) {
+  const std::string path =
+      (fs::temp_directory_path() / ("moe_model_kvnone_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  moe::test::write_synth(path, {});
+  const auto file = moe::gguf::GgufFile::open(path);
+  moe::cpu::ThreadPool pool(1);
+  auto model = create_model_arch(file, pool);
+  const ModelConfig& cfg = model->config();
+  EXPECT_EQ(model->make_cache(8, KvType::F16, KvType::F16).storage(), KvStorage::Host);
+  KvCache c(cfg, 1 << 20, KvType::F16, KvType::F16, KvStorage::None);  // would be GBs on the host
+  EXPECT_EQ(c.storage(), KvStorage::None);
+  c.check_room(5);
+  c.advance(5);
+  EXPECT_EQ(c.n_past(), 5);
+  EXPECT_FALSE(c.has_recurrent(0));
+  std::vector<float> row(static_cast<size_t>(c.k_row_elems(0)), 1.0f);
+  const auto expect_host_error = [](auto&& fn) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error";
+    } catch (const moe::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("needs host storage"), std::string::npos) << e.what();
+    }
+  };
+  expect_host_error([&] { c.store(0, 5, row.data(), row.data()); });
+  expect_host_error([&] { c.read_k(0, 0, 1, row.data()); });
+  expect_host_error([&] { (void)c.k_f32(0); });
+  c.clear();
+  EXPECT_EQ(c.n_past(), 0);
+  std::vector<float> logits(static_cast<size_t>(cfg.n_vocab));
+  const std::vector<int32_t> toks = {1, 2};
+  expect_host_error([&] { model->forward(toks, c, LogitsMode::Last, logits.data()); });
+  EXPECT_EQ(c.n_past(), 0);
+  // Bad shapes are still checked without storage.
+  EXPECT_THROW(KvCache(cfg, 0, KvType::F16, KvType::F16, KvStorage::None), moe::Error);
+  fs::remove(path);
+}
+
 TEST(KvCache, TypeNames) {
   for (const char* n : {"f32", "f16", "q8_0", "q4_0"}) EXPECT_EQ(kv_type_name(parse_kv_type(n)), n);
   EXPECT_THROW(parse_kv_type("q5_1"), moe::Error);
