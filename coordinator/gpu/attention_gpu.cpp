@@ -3,8 +3,7 @@
 #include <cmath>
 
 #include "coordinator/gpu/gpu_upload.h"
-#include "kernels/cuda/rmsnorm.h"
-#include "kernels/cuda/rope.h"
+#include "kernels/cuda/qk_norm_rope.h"
 
 namespace moe::gpu {
 
@@ -13,10 +12,8 @@ void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::Dev
             int64_t pos0, VramBudget& budget, VramBuffer& workspace, float* out,
             cudaStream_t stream) {
   const int64_t H = heads.n_head, HK = heads.n_head_kv, hk = cfg.head_dim_k, hv = cfg.head_dim_v;
-  cuda::rmsnorm(q, q_norm, q, n * H, hk, cfg.rms_eps, stream);
-  cuda::rmsnorm(k, k_norm, k, n * HK, hk, cfg.rms_eps, stream);
-  cuda::rope_neox(q, n, H * hk, H, hk, cfg.n_rot, pos0, cfg.rope_freq_base, stream);
-  cuda::rope_neox(k, n, HK * hk, HK, hk, cfg.n_rot, pos0, cfg.rope_freq_base, stream);
+  cuda::qk_norm_rope({q, H * hk, H, q_norm}, {k, HK * hk, HK, k_norm}, n, hk, cfg.rms_eps,
+                     cfg.n_rot, pos0, cfg.rope_freq_base, stream);
   cuda::kv_store(kv, k, v, n, pos0, stream);
   // Decode splits the positions across blocks; its scratch comes from the budget too.
   const size_t ws = cuda::attention_workspace_bytes(n, pos0, H, HK, hv);

@@ -1,0 +1,103 @@
+// One block per (token, head): the block builds the token's cos/sin table (as rope.cu), normalises
+// its head (as rmsnorm.cu: the same thread count, so the same double sums), then rotates it.
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/qk_norm_rope.h"
+
+namespace moe::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // rmsnorm.cu's: keeps the double sums in the same order
+
+__global__ void __launch_bounds__(kThreads)
+    qk_norm_rope_kernel(QkHeads q, QkHeads k, int64_t head_dim, float eps, int64_t n_half,
+                        int64_t pos0, float theta_scale) {
+  extern __shared__ float smem[];
+  float* cs = smem;              // cos, sin of pair i at 2i, 2i+1
+  float* y = smem + 2 * n_half;  // the normalised head
+  __shared__ double partial[kThreads / 32];
+  __shared__ float scale_s;
+  const int64_t t = blockIdx.x;
+  const bool is_q = static_cast<int64_t>(blockIdx.y) < q.n_head;
+  const QkHeads& s = is_q ? q : k;
+  const int64_t h = is_q ? blockIdx.y : blockIdx.y - q.n_head;
+  float* v = s.x + t * s.row_stride + h * head_dim;
+
+  const float pos = static_cast<float>(pos0 + t);
+  for (int64_t i = threadIdx.x; i < n_half; i += kThreads) {
+    float theta = pos;
+    for (int64_t j = 0; j < i; ++j) theta = __fmul_rn(theta, theta_scale);
+    cs[2 * i] = cosf(theta);
+    cs[2 * i + 1] = sinf(theta);
+  }
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) {
+    const double d = v[i];
+    sum += d * d;
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, m);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
+    const float mean = static_cast<float>(total / static_cast<double>(head_dim));
+    scale_s = 1.0f / sqrtf(mean + eps);
+  }
+  __syncthreads();
+  const float scale = scale_s;
+  for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) y[i] = v[i] * scale * s.norm[i];
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) {
+    if (i < n_half) {
+      const float c = cs[2 * i], sn = cs[2 * i + 1];
+      const float x0 = y[i], x1 = y[i + n_half];
+      // Each product rounded on its own, as the CPU computes it (no FMA).
+      v[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+      v[i + n_half] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+    } else if (i >= 2 * n_half) {
+      v[i] = y[i];
+    }
+  }
+}
+
+void check_heads(const QkHeads& s, int64_t head_dim, const char* which) {
+  if (!s.x || !s.norm) throw Error(std::string("qk_norm_rope: null ") + which + " pointer");
+  if (s.n_head < 1 || s.row_stride < s.n_head * head_dim) {
+    throw Error(std::string("qk_norm_rope: ") + which + " has " + std::to_string(s.n_head) +
+                " heads of " + std::to_string(head_dim) + " in rows of " +
+                std::to_string(s.row_stride));
+  }
+}
+
+}  // namespace
+
+void qk_norm_rope(const QkHeads& q, const QkHeads& k, int64_t n_tokens, int64_t head_dim, float eps,
+                  int64_t n_rot, int64_t pos0, float freq_base, cudaStream_t stream) {
+  if (n_tokens < 0 || head_dim < 1 || head_dim > 4096 || pos0 < 0 || n_tokens > 0x7FFFFFFF) {
+    throw Error("qk_norm_rope: invalid shape (n_tokens " + std::to_string(n_tokens) +
+                ", head_dim " + std::to_string(head_dim) + ", pos0 " + std::to_string(pos0) + ")");
+  }
+  if (n_rot < 2 || n_rot % 2 != 0 || n_rot > head_dim) {
+    throw Error("qk_norm_rope: n_rot " + std::to_string(n_rot) + " must be even, in [2, head_dim " +
+                std::to_string(head_dim) + "]");
+  }
+  if (n_tokens == 0) return;
+  check_heads(q, head_dim, "q");
+  check_heads(k, head_dim, "k");
+  if (q.n_head + k.n_head > 65535) throw Error("qk_norm_rope: too many heads");
+  // The scale on the host with the same call as rope.cpp, so the angles match the CPU's.
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  const int64_t n_half = n_rot / 2;
+  const size_t smem = static_cast<size_t>(n_rot + head_dim) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(q.n_head + k.n_head));
+  qk_norm_rope_kernel<<<grid, kThreads, smem, stream>>>(q, k, head_dim, eps, n_half, pos0,
+                                                        theta_scale);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace moe::cuda

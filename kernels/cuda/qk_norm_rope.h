@@ -1,0 +1,28 @@
+// The start of an attention layer after the q/k projections, fused: per-head RMSNorm of q and k,
+// then NEOX RoPE of their first n_rot dims, in one launch with one block per (token, head).
+// Bit-identical to rmsnorm() on every head followed by rope_neox() on q and on k (same float
+// operations in the same order); the separate calls cost four launches and a single-block RoPE.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moe::cuda {
+
+struct QkHeads {
+  float* x = nullptr;      // [n_tokens, row_stride]: n_head heads of head_dim from column 0
+  int64_t row_stride = 0;  // >= n_head * head_dim
+  int64_t n_head = 0;
+  const float* norm = nullptr;  // head_dim gains
+};
+
+// For token t (position pos0 + t) and every head of q and k: v = v / sqrt(mean(v^2) + eps) * norm
+// (sum of squares in double), then dims i < n_rot/2 and i + n_rot/2 rotated by
+// theta_i = pos * powf(freq_base, -2/n_rot)^i (repeated float multiplication); dims >= n_rot are
+// only normalised; columns past n_head * head_dim are untouched. Throws moe::Error for bad
+// shapes or null pointers; enqueued on `stream`.
+void qk_norm_rope(const QkHeads& q, const QkHeads& k, int64_t n_tokens, int64_t head_dim, float eps,
+                  int64_t n_rot, int64_t pos0, float freq_base, cudaStream_t stream);
+
+}  // namespace moe::cuda

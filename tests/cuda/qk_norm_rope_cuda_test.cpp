@@ -1,0 +1,118 @@
+// The fused q/k RMSNorm + RoPE against the separate GPU kernels (bit for bit) and the CPU
+// implementations, on fresh random data; and its argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coordinator/model/rmsnorm.h"
+#include "coordinator/model/rope.h"
+#include "kernels/cuda/qk_norm_rope.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
+#include "tests/cuda/gpu_test_env.h"
+#include "tests/random_blocks.h"
+
+namespace moe::cuda {
+namespace {
+
+struct Case {
+  int64_t n_tokens, n_head, n_head_kv, head_dim, n_rot, pos0;
+  float base;
+};
+
+TEST(QkNormRopeCuda, EqualsSeparateKernelsAndMatchesCpu) {
+  MOE_REQUIRE_GPU();
+  const unsigned seed = std::random_device{}();
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (const Case c : {Case{1, 32, 4, 128, 128, 517, 1e6f}, Case{7, 16, 2, 256, 64, 0, 1e7f},
+                       Case{3, 5, 5, 64, 32, 30000, 10000.0f}, Case{2, 4, 1, 96, 96, 9, 5e5f}}) {
+    const std::string what = "heads " + std::to_string(c.n_head) + "/" +
+                             std::to_string(c.n_head_kv) + " dim " + std::to_string(c.head_dim) +
+                             " n_rot " + std::to_string(c.n_rot);
+    const int64_t qs = c.n_head * c.head_dim + 8, ks = c.n_head_kv * c.head_dim;  // q padded
+    auto q = test::random_floats(c.n_tokens * qs, rng);
+    auto k = test::random_floats(c.n_tokens * ks, rng);
+    for (auto& v : q) v *= 3.0f;
+    const auto qw = test::random_floats(c.head_dim, rng), kw = test::random_floats(c.head_dim, rng);
+    const float eps = 1e-6f;
+    const auto dq = test::to_device(q), dk = test::to_device(k);
+    const auto dq2 = test::to_device(q), dk2 = test::to_device(k);
+    const auto dqw = test::to_device(qw), dkw = test::to_device(kw);
+    qk_norm_rope({dq.as<float>(), qs, c.n_head, dqw.as<float>()},
+                 {dk.as<float>(), ks, c.n_head_kv, dkw.as<float>()}, c.n_tokens, c.head_dim, eps,
+                 c.n_rot, c.pos0, c.base, nullptr);
+    // The separate kernels, head by head for q's padded rows.
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      rmsnorm(dq2.as<float>() + t * qs, dqw.as<float>(), dq2.as<float>() + t * qs, c.n_head,
+              c.head_dim, eps, nullptr);
+    }
+    rmsnorm(dk2.as<float>(), dkw.as<float>(), dk2.as<float>(), c.n_tokens * c.n_head_kv, c.head_dim,
+            eps, nullptr);
+    rope_neox(dq2.as<float>(), c.n_tokens, qs, c.n_head, c.head_dim, c.n_rot, c.pos0, c.base,
+              nullptr);
+    rope_neox(dk2.as<float>(), c.n_tokens, ks, c.n_head_kv, c.head_dim, c.n_rot, c.pos0, c.base,
+              nullptr);
+    const auto gq = test::to_host<float>(dq, q.size()), gk = test::to_host<float>(dk, k.size());
+    const auto sq = test::to_host<float>(dq2, q.size()), sk = test::to_host<float>(dk2, k.size());
+    EXPECT_EQ(std::memcmp(gq.data(), sq.data(), q.size() * sizeof(float)), 0) << what;
+    EXPECT_EQ(std::memcmp(gk.data(), sk.data(), k.size() * sizeof(float)), 0) << what;
+
+    // The CPU: RMSNorm per head, then RoPE; q's padding columns untouched.
+    std::vector<float> wq = q, wk = k, cs(static_cast<size_t>(c.n_rot));
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      float* qr = wq.data() + t * qs;
+      float* kr = wk.data() + t * ks;
+      model::rmsnorm_rows(qr, qw.data(), qr, c.n_head, c.head_dim, eps);
+      model::rmsnorm_rows(kr, kw.data(), kr, c.n_head_kv, c.head_dim, eps);
+      model::rope_angles(c.pos0 + t, c.n_rot, c.base, cs.data());
+      model::rope_neox(qr, c.n_head, c.head_dim, c.n_rot, cs.data());
+      model::rope_neox(kr, c.n_head_kv, c.head_dim, c.n_rot, cs.data());
+    }
+    const auto close = [&](const std::vector<float>& got, const std::vector<float>& want,
+                           const char* which) {
+      int bad = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+        // cosf/sinf may differ from glibc's by an ulp or two; the angles are identical.
+        if (!(d <= 2e-6 * std::fabs(want[i]) + 4e-6) && bad++ < 5) {
+          ADD_FAILURE() << what << " " << which << "[" << i << "]: " << got[i] << " vs " << want[i];
+        }
+      }
+    };
+    close(gq, wq, "q");
+    close(gk, wk, "k");
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      for (int64_t col = c.n_head * c.head_dim; col < qs; ++col) {
+        const auto i = static_cast<size_t>(t * qs + col);
+        ASSERT_EQ(gq[i], q[i]) << what << ": padding column " << col << " must be untouched";
+      }
+    }
+  }
+}
+
+TEST(QkNormRopeCuda, RejectsBadArguments) {
+  float dummy = 0;
+  const QkHeads q{&dummy, 128, 1, &dummy}, k{&dummy, 128, 1, &dummy};
+  test::expect_error([&] { qk_norm_rope(q, k, 1, 128, 1e-6f, 63, 0, 1e4f, nullptr); }, "n_rot");
+  test::expect_error([&] { qk_norm_rope(q, k, 1, 128, 1e-6f, 256, 0, 1e4f, nullptr); }, "n_rot");
+  test::expect_error([&] { qk_norm_rope(q, k, -1, 128, 1e-6f, 64, 0, 1e4f, nullptr); },
+                     "invalid shape");
+  test::expect_error(
+      [&] {
+        qk_norm_rope({&dummy, 100, 1, &dummy}, k, 1, 128, 1e-6f, 64, 0, 1e4f, nullptr);
+      },
+      "heads");
+  test::expect_error(
+      [&] {
+        qk_norm_rope(q, {nullptr, 128, 1, &dummy}, 1, 128, 1e-6f, 64, 0, 1e4f, nullptr);
+      },
+      "null");
+}
+
+}  // namespace
+}  // namespace moe::cuda
