@@ -59,7 +59,11 @@ WaitStatus wait_until(TryOnce&& try_once, std::atomic<uint32_t>& seq,
   for (;;) {
     if (try_once()) return WaitStatus::Ok;  // data left by a peer that died still counts
     if (opt.stop && opt.stop->load(std::memory_order_acquire)) return WaitStatus::Stopped;
-    if (opt.peer_alive && !opt.peer_alive()) return WaitStatus::PeerDead;
+    if (opt.peer_alive && !opt.peer_alive()) {
+      // The peer may have pushed and died between try_once above and this check: what it left
+      // before dying still counts (its index store happened before its death was observable).
+      return try_once() ? WaitStatus::Ok : WaitStatus::PeerDead;
+    }
     const auto now = Clock::now();
     if (now >= deadline) return WaitStatus::Timeout;
     ring.heartbeat(side);  // a side blocked in a wait is alive, not stalled

@@ -142,7 +142,10 @@ TEST(RingStress, DeadProducerProcessIsNoticed) {
   });
   ASSERT_GT(child, 0);
   bool exited = false;
-  int child_status = 0;  // reported if the child died before pushing (a rare CI flake)
+  // Reported if an item goes missing. The rare CI failure here was a race in wait_until (the
+  // child pushed and died between the consumer's emptiness check and its liveness check), now
+  // fixed and tested deterministically by SpscRing.ItemPushedJustBeforeThePeerDiedIsDelivered.
+  int child_status = 0;
   WaitOptions opt;
   opt.timeout = 60s;  // a missed death shows up as Timeout, never as a hang
   opt.peer_alive = [&] {

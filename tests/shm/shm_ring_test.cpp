@@ -204,6 +204,26 @@ TEST(SpscRing, BlockingPopReturnsQueuedItemDespiteDeadPeer) {
   EXPECT_EQ(r.consumer.pop(&v, sizeof v, opt), WaitStatus::PeerDead);
 }
 
+// The race behind a rare CI failure of RingStress.DeadProducerProcessIsNoticed, made
+// deterministic: the producer pushes its last item and dies after the consumer found the ring
+// empty but before it asked whether the producer is alive. The item must still be delivered.
+TEST(SpscRing, ItemPushedJustBeforeThePeerDiedIsDelivered) {
+  Ring r(4, 8);
+  bool pushed = false;
+  WaitOptions opt;
+  opt.timeout = 60s;
+  opt.spin = 0;
+  opt.peer_alive = [&] {
+    if (!pushed) pushed = r.producer.try_push(uint64_t{7});  // its last act
+    return false;                                            // and then it is dead
+  };
+  uint64_t v = 0;
+  EXPECT_EQ(r.consumer.pop(&v, sizeof v, opt), WaitStatus::Ok);
+  EXPECT_EQ(v, 7u);
+  EXPECT_TRUE(pushed);
+  EXPECT_EQ(r.consumer.pop(&v, sizeof v, opt), WaitStatus::PeerDead);
+}
+
 TEST(SpscRing, StopFlagEndsAWait) {
   Ring r(4, 8);
   std::atomic<bool> stop{false};
