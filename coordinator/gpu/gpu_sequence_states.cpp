@@ -138,12 +138,9 @@ void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache, GgmlType 
 
 void GpuSequenceStates::commit(Slot& s, int64_t n_past) {
   s.past_ = n_past;
-  bool recurrent = false;
-  for (const Slot::Layer& L : s.layers_) recurrent = recurrent || static_cast<bool>(L.ssm[0]);
-  if (recurrent) {
-    s.cur_ = 1 - s.cur_;
-    s.zero_ = false;
-  }
+  // Only recurrent layers read cur_ and zero_, so flipping them for any model is harmless.
+  s.cur_ = 1 - s.cur_;
+  s.zero_ = false;
 }
 
 }  // namespace moe::gpu

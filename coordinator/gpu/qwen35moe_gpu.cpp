@@ -7,6 +7,7 @@
 #include "coordinator/gpu/attention_gpu.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
+#include "coordinator/model/rope.h"
 #include "coordinator/model/tensor_table.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/delta_net.h"
@@ -26,19 +27,24 @@ constexpr size_t kMaxSequences = 2;
 
 // IMROPE gives text tokens (all position components equal) plain NEOX angles when every rotated
 // pair belongs to the t, h or w sections; the GPU path relies on that (the CPU path computes the
-// sections in general).
+// sections in general). At position 1 every NEOX angle is non-zero, so the two tables differ
+// exactly where a pair takes its angle from the e section (0 for text).
 void require_text_imrope(const ModelConfig& c) {
   const auto& s = c.rope_sections;
-  const int64_t sect_dims = s[0] + s[1] + s[2] + s[3];
+  std::string sections;  // "[11, 11, 10, 0]"
+  for (size_t j = 0; j < s.size(); ++j) sections += (j ? ", " : "[") + std::to_string(s[j]);
+  sections += "]";
+  if (s[0] + s[1] + s[2] + s[3] <= 0) {
+    throw Error(c.arch + ".rope.dimension_sections " + sections + ": no section has a size");
+  }
+  std::vector<float> imrope(static_cast<size_t>(c.n_rot)), neox(imrope.size());
+  model::rope_angles_imrope(1, c.n_rot, c.rope_freq_base, s.data(), imrope.data());
+  model::rope_angles(1, c.n_rot, c.rope_freq_base, neox.data());
   for (int64_t i = 0; i < c.n_rot / 2; ++i) {
-    const int64_t sector = sect_dims > 0 ? i % sect_dims : -1;
-    const bool thw = sector >= 0 && ((sector % 3 == 1 && sector < 3 * s[1]) ||
-                                     (sector % 3 == 2 && sector < 3 * s[2]) ||
-                                     (sector % 3 == 0 && sector < 3 * s[0]));
-    if (!thw) {
-      throw Error(c.arch + ".rope.dimension_sections [" + std::to_string(s[0]) + ", " +
-                  std::to_string(s[1]) + ", " + std::to_string(s[2]) + ", " + std::to_string(s[3]) +
-                  "]: rotated pair " + std::to_string(i) +
+    if (imrope[static_cast<size_t>(2 * i)] != neox[static_cast<size_t>(2 * i)] ||
+        imrope[static_cast<size_t>(2 * i + 1)] != neox[static_cast<size_t>(2 * i + 1)]) {
+      throw Error(c.arch + ".rope.dimension_sections " + sections + ": rotated pair " +
+                  std::to_string(i) +
                   " is not in a t/h/w section, which the GPU path does not support (use -ngl 0)");
     }
   }

@@ -20,6 +20,7 @@
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/cuda/gpu_test_env.h"
 #include "tests/gpu/gpu_golden_util.h"
 #include "tests/model/golden_compare.h"
 #include "tests/testdata.h"
@@ -176,25 +177,18 @@ TEST(GpuModel, ClearErrors) {
   REQUIRE_GPU();
   const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
   moe::cpu::ThreadPool pool(1);
-  const auto expect_error = [](auto&& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-    } catch (const moe::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   GpuOptions partial = options(kPlacements[0]);
   partial.n_gpu_layers = 2;
-  expect_error([&] { Qwen3MoeGpu g(file, pool, nullptr, partial); }, "partial offload");
+  moe::test::expect_error([&] { Qwen3MoeGpu g(file, pool, nullptr, partial); }, "partial offload");
   GpuOptions tiny = options(kPlacements[0]);
   tiny.vram_budget_mib = 1;
-  expect_error([&] { Qwen3MoeGpu g(file, pool, nullptr, tiny); }, "VRAM budget exceeded");
+  moe::test::expect_error([&] { Qwen3MoeGpu g(file, pool, nullptr, tiny); },
+                          "VRAM budget exceeded");
 
   Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
   std::vector<float> logits(static_cast<size_t>(gpu.config().n_vocab));
   const std::vector<int32_t> toks = {1, 2, 3};
-  expect_error(
+  moe::test::expect_error(
       [&] {
         KvCache c = gpu.make_cache(16, KvType::Q4_0, KvType::Q4_0);
         gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr);
@@ -204,13 +198,13 @@ TEST(GpuModel, ClearErrors) {
   auto cpu = create_model_arch(file, pool);
   KvCache c = cpu->make_cache(16, KvType::F16, KvType::F16);
   cpu->forward(toks, c, LogitsMode::Last, logits.data(), nullptr);
-  expect_error([&] { gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr); },
-               "not in VRAM");
+  moe::test::expect_error([&] { gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr); },
+                          "not in VRAM");
   // A bad token id fails cleanly and the model stays usable.
   const std::vector<int32_t> bad = {1, -5};
   KvCache d = gpu.make_cache(16, KvType::F16, KvType::F16);
-  expect_error([&] { gpu.forward(bad, d, LogitsMode::Last, logits.data(), nullptr); },
-               "out of range");
+  moe::test::expect_error([&] { gpu.forward(bad, d, LogitsMode::Last, logits.data(), nullptr); },
+                          "out of range");
   gpu.forward(toks, d, LogitsMode::Last, logits.data(), nullptr);
   EXPECT_EQ(d.n_past(), 3);
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));

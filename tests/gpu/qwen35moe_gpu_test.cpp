@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/gguf.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/cuda/gpu_test_env.h"
 #include "tests/gpu/gpu_golden_util.h"
 #include "tests/model/fused_experts.h"
 #include "tests/model/golden_compare.h"
@@ -263,20 +264,13 @@ TEST(Qwen35Gpu, ClearErrors) {
   REQUIRE_GPU();
   const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
   moe::cpu::ThreadPool pool(1);
-  const auto expect_error = [](auto&& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-    } catch (const moe::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   GpuOptions partial = options(kPlacements[0]);
   partial.n_gpu_layers = 1;
-  expect_error([&] { Qwen35MoeGpu g(file, pool, nullptr, partial); }, "partial offload");
+  moe::test::expect_error([&] { Qwen35MoeGpu g(file, pool, nullptr, partial); }, "partial offload");
   GpuOptions tiny = options(kPlacements[0]);
   tiny.vram_budget_mib = 1;
-  expect_error([&] { Qwen35MoeGpu g(file, pool, nullptr, tiny); }, "VRAM budget exceeded");
+  moe::test::expect_error([&] { Qwen35MoeGpu g(file, pool, nullptr, tiny); },
+                          "VRAM budget exceeded");
   Qwen35MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
   std::vector<float> logits(static_cast<size_t>(gpu.config().n_vocab));
   const std::vector<int32_t> toks = {1, 2, 3};
@@ -284,16 +278,16 @@ TEST(Qwen35Gpu, ClearErrors) {
   auto cpu = create_model_arch(file, pool);
   KvCache c = cpu->make_cache(16, KvType::F16, KvType::F16);
   cpu->forward(toks, c, LogitsMode::Last, logits.data(), nullptr);
-  expect_error([&] { gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr); },
-               "not in VRAM");
+  moe::test::expect_error([&] { gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr); },
+                          "not in VRAM");
   KvCache d = gpu.make_cache(4, KvType::F16, KvType::F16);
   // The sequence state lives in VRAM: nothing on the host, and the CPU model refuses the cache.
   EXPECT_EQ(d.storage(), KvStorage::None);
-  expect_error([&] { cpu->forward(toks, d, LogitsMode::Last, logits.data(), nullptr); },
-               "no recurrent state");
+  moe::test::expect_error([&] { cpu->forward(toks, d, LogitsMode::Last, logits.data(), nullptr); },
+                          "no recurrent state");
   gpu.forward(toks, d, LogitsMode::Last, logits.data(), nullptr);
-  expect_error([&] { gpu.forward(toks, d, LogitsMode::Last, logits.data(), nullptr); },
-               "context length");
+  moe::test::expect_error([&] { gpu.forward(toks, d, LogitsMode::Last, logits.data(), nullptr); },
+                          "context length");
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
 }
 
