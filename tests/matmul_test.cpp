@@ -103,6 +103,44 @@ TEST(MatmulBatch, EqualsOneMatmulPerJob) {
                Error);
 }
 
+// Jobs that read the same activations (an expert's gate and up, all experts of a decode token)
+// share one converted copy per activation format; the results stay those of separate matmuls,
+// including for a job that reads only the first of the shared rows.
+TEST(MatmulBatch, SharedInputsEqualOneMatmulPerJob) {
+  std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+  const int64_t n_in = 768, rows = 3;
+  const std::vector<float> x = test::random_floats(n_in * rows, rng);
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0,
+                            GgmlType::F16,  GgmlType::Q4_K, GgmlType::Q5_0};
+  std::vector<std::vector<uint8_t>> weights;
+  std::vector<std::vector<float>> ys, want;
+  std::vector<MatmulJob> jobs;
+  for (size_t j = 0; j < std::size(types) + 1; ++j) {
+    const GgmlType type = types[j % std::size(types)];
+    const int64_t n_out = 29 + 53 * static_cast<int64_t>(j);
+    const int64_t n_rows = j < std::size(types) ? rows : 1;
+    std::vector<uint8_t> wb;
+    for (int64_t o = 0; o < n_out; ++o) {
+      const auto row = test::random_row(type, n_in, rng);
+      wb.insert(wb.end(), row.begin(), row.end());
+    }
+    weights.push_back(std::move(wb));
+    ys.emplace_back(static_cast<size_t>(n_rows * n_out), NAN);
+    want.emplace_back(static_cast<size_t>(n_rows * n_out), NAN);
+    jobs.push_back({make_weight_matrix(type, weights.back().data(), n_in, n_out), x.data(), n_rows,
+                    ys.back().data()});
+  }
+  ThreadPool pool(3);
+  MatmulScratch scratch;
+  matmul_batch(jobs, pool, scratch, best_isa());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    matmul(jobs[j].w, jobs[j].x, jobs[j].n_rows, want[j].data(), pool, scratch, best_isa());
+    for (size_t i = 0; i < want[j].size(); ++i) {
+      ASSERT_EQ(ys[j][i], want[j][i]) << "job " << j << " element " << i;
+    }
+  }
+}
+
 TEST(Matmul, RejectsUnsupportedTypesAndShapes) {
   uint8_t dummy[256] = {};
   EXPECT_THROW(make_weight_matrix(GgmlType::IQ2_XXS, dummy, 256, 1), Error);

@@ -14,6 +14,9 @@
 namespace moe::model {
 namespace {
 
+// Below this many weighted elements the final sum stays on the calling thread.
+constexpr int64_t kParallelSumElems = 1 << 16;
+
 template <typename T>
 void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -78,21 +81,37 @@ void CpuExpertExecutor::run(int64_t layer, const float* x, int64_t n_tokens,
   } else {
     run_grouped(experts, x, items);
   }
-  // Weighted sum in item order, independent of how the items were grouped.
+  // Weighted sum in item order, independent of how the items were grouped; a prefill batch's
+  // sum is spread over the pool by columns, which keeps that order for every element.
   std::fill(out, out + n_tokens * n_embd_, 0.0f);
-  for (int64_t i = 0; i < n_items; ++i) {
-    const ExpertItem& it = items[static_cast<size_t>(i)];
-    float* o = out + it.token * n_embd_;
-    const float* y = item_out_.data() + i * n_embd_;
-    for (int64_t d = 0; d < n_embd_; ++d) o[d] += it.weight * y[d];
+  const int64_t n_chunks = n_items * n_embd_ >= kParallelSumElems ? pool_.size() : 1;
+  const int64_t chunk = (n_embd_ + n_chunks - 1) / n_chunks;
+  auto sum_columns = [&](int64_t c, int) {
+    const int64_t d0 = c * chunk, d1 = std::min(n_embd_, d0 + chunk);
+    for (int64_t i = 0; i < n_items; ++i) {
+      const ExpertItem& it = items[static_cast<size_t>(i)];
+      float* o = out + it.token * n_embd_;
+      const float* y = item_out_.data() + i * n_embd_;
+      for (int64_t d = d0; d < d1; ++d) o[d] += it.weight * y[d];
+    }
+  };
+  if (n_chunks == 1) {
+    sum_columns(0, 0);
+  } else {
+    pool_.parallel_for(n_chunks, sum_columns);
   }
 }
 
-void CpuExpertExecutor::swiglu(float* g, const float* u, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float gv = g[i];
-    g[i] = gv / (1.0f + std::exp(-gv)) * u[i];
-  }
+void CpuExpertExecutor::swiglu_rows(float* g, const float* u, int64_t rows) {
+  // Serial, this took 40 us of a 16-thread decode layer (8 rows of 768 exponentials).
+  pool_.parallel_for(rows, [&](int64_t r, int) {
+    float* gr = g + r * n_ff_;
+    const float* ur = u + r * n_ff_;
+    for (int64_t i = 0; i < n_ff_; ++i) {
+      const float gv = gr[i];
+      gr[i] = gv / (1.0f + std::exp(-gv)) * ur[i];
+    }
+  });
 }
 
 void CpuExpertExecutor::run_small(const std::vector<ExpertWeights>& experts, const float* x,
@@ -103,22 +122,29 @@ void CpuExpertExecutor::run_small(const std::vector<ExpertWeights>& experts, con
   grow(xg_, static_cast<size_t>(n_items * n_embd_));
   grow(g_, static_cast<size_t>(n_items * n_ff_));
   grow(u_, static_cast<size_t>(n_items * n_ff_));
-  for (int64_t r = 0; r < n_items; ++r) {
-    const ExpertItem& it = items[static_cast<size_t>(order_[static_cast<size_t>(r)])];
-    std::memcpy(xg_.data() + r * n_embd_, x + it.token * n_embd_,
-                static_cast<size_t>(n_embd_) * sizeof(float));
-  }
   jobs_.clear();
   for (int64_t e = 0; e < n_expert_; ++e) {
     const int64_t begin = offset_[static_cast<size_t>(e)];
     const int64_t cnt = offset_[static_cast<size_t>(e) + 1] - begin;
     if (cnt == 0) continue;
+    // An expert with one token reads that token's row in place, so every expert of a decode
+    // token has the same input and matmul_batch converts it once; more rows are gathered.
+    const float* xe =
+        x + items[static_cast<size_t>(order_[static_cast<size_t>(begin)])].token * n_embd_;
+    if (cnt > 1) {
+      for (int64_t r = begin; r < begin + cnt; ++r) {
+        const ExpertItem& it = items[static_cast<size_t>(order_[static_cast<size_t>(r)])];
+        std::memcpy(xg_.data() + r * n_embd_, x + it.token * n_embd_,
+                    static_cast<size_t>(n_embd_) * sizeof(float));
+      }
+      xe = xg_.data() + begin * n_embd_;
+    }
     const ExpertWeights& w = experts[static_cast<size_t>(e)];
-    jobs_.push_back({w.gate, xg_.data() + begin * n_embd_, cnt, g_.data() + begin * n_ff_});
-    jobs_.push_back({w.up, xg_.data() + begin * n_embd_, cnt, u_.data() + begin * n_ff_});
+    jobs_.push_back({w.gate, xe, cnt, g_.data() + begin * n_ff_});
+    jobs_.push_back({w.up, xe, cnt, u_.data() + begin * n_ff_});
   }
   cpu::matmul_batch(jobs_, pool_, mm_scratch_, isa_);
-  swiglu(g_.data(), u_.data(), n_items * n_ff_);
+  swiglu_rows(g_.data(), u_.data(), n_items);
   jobs_.clear();
   for (int64_t e = 0; e < n_expert_; ++e) {
     const int64_t begin = offset_[static_cast<size_t>(e)];
@@ -152,7 +178,7 @@ void CpuExpertExecutor::run_grouped(const std::vector<ExpertWeights>& experts, c
     }
     cpu::matmul(w.gate, xg_.data(), cnt, g_.data(), pool_, mm_scratch_, isa_);
     cpu::matmul(w.up, xg_.data(), cnt, u_.data(), pool_, mm_scratch_, isa_);
-    swiglu(g_.data(), u_.data(), cnt * n_ff_);
+    swiglu_rows(g_.data(), u_.data(), cnt);
     // The down projection lands in xg_ (free again), then each row goes to its item's slot.
     cpu::matmul(w.down, g_.data(), cnt, xg_.data(), pool_, mm_scratch_, isa_);
     for (int64_t r = 0; r < cnt; ++r) {

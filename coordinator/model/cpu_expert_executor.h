@@ -32,7 +32,8 @@ class CpuExpertExecutor final : public ExpertExecutor {
   // Prefill: per expert, its weights read once for all of its rows.
   void run_grouped(const std::vector<ExpertWeights>& experts, const float* x,
                    std::span<const ExpertItem> items);
-  static void swiglu(float* g, const float* u, int64_t n);
+  // g = silu(g) * u over `rows` rows of n_ff, rows spread over the pool.
+  void swiglu_rows(float* g, const float* u, int64_t rows);
 
   std::vector<std::vector<ExpertWeights>> layers_;  // [layer][expert]
   int64_t n_embd_, n_ff_, n_expert_;

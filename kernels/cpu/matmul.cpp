@@ -96,8 +96,16 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
 
 void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScratch& scratch,
                   Isa isa) {
+  // Jobs that read the same activations (an expert's gate and up, every expert of one decode
+  // token) share one converted copy: converting is serial work that otherwise grew with the job
+  // count and cost as much as a third of a decode layer's expert time on 16 threads.
+  std::vector<MatmulScratch::ActInput>& inputs = scratch.inputs_;
+  std::vector<size_t>& input_of = scratch.input_of_;
+  inputs.clear();
+  input_of.assign(jobs.size(), 0);
   size_t act_total = 0;
-  for (const MatmulJob& j : jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const MatmulJob& j = jobs[i];
     if (j.n_rows < 1 || j.n_rows > kMaxActRows) {
       throw Error("matmul_batch: " + std::to_string(j.n_rows) + " rows (1 to " +
                   std::to_string(kMaxActRows) + " per job)");
@@ -105,24 +113,46 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
     if (!vec_dot_kernel(j.w.type, isa)) {
       throw Error("matmul: no kernel for " + ggml_type_label(static_cast<uint32_t>(j.w.type)));
     }
-    act_total += act_row_bytes(act_format_for(j.w.type), j.w.n_in) * static_cast<size_t>(j.n_rows);
+    const ActFormat fmt = act_format_for(j.w.type);
+    size_t k = 0;
+    while (k < inputs.size() && !(inputs[k].x == j.x && inputs[k].n_rows == j.n_rows &&
+                                  inputs[k].n_in == j.w.n_in && inputs[k].fmt == fmt)) {
+      ++k;
+    }
+    if (k == inputs.size()) {
+      inputs.push_back({j.x, j.n_rows, j.w.n_in, fmt, act_total});
+      act_total += act_row_bytes(fmt, j.w.n_in) * static_cast<size_t>(j.n_rows);
+    }
+    input_of[i] = k;
   }
   auto* act = static_cast<unsigned char*>(scratch.reserve(act_total));
+  // One conversion task per distinct activation row; several go to the pool in parallel.
+  std::vector<std::pair<size_t, int64_t>>& rows = scratch.act_rows_;
+  rows.clear();
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    for (int64_t r = 0; r < inputs[k].n_rows; ++r) rows.push_back({k, r});
+  }
+  auto convert = [&](int64_t t, int) {
+    const auto [k, r] = rows[static_cast<size_t>(t)];
+    const MatmulScratch::ActInput& in = inputs[k];
+    const size_t bytes = act_row_bytes(in.fmt, in.n_in);
+    quantize_act_row_ref(in.fmt, in.x + r * in.n_in,
+                         act + in.offset + static_cast<size_t>(r) * bytes, in.n_in);
+  };
+  if (rows.size() == 1) {
+    convert(0, 0);
+  } else {
+    pool.parallel_for(static_cast<int64_t>(rows.size()), convert);
+  }
+
   std::vector<MatmulScratch::BatchTask>& tasks = scratch.tasks_;
   tasks.clear();  // keeps its capacity: no allocation once the largest batch was seen
-  size_t offset = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatmulJob& j = jobs[i];
-    const ActFormat fmt = act_format_for(j.w.type);
-    const size_t act_bytes = act_row_bytes(fmt, j.w.n_in);
-    for (int64_t r = 0; r < j.n_rows; ++r) {
-      quantize_act_row_ref(fmt, j.x + r * j.w.n_in, act + offset + r * act_bytes, j.w.n_in);
-    }
     const int64_t per_task = rows_per_task(j.w.row_bytes, kGemvTaskBytes);
     for (int64_t o = 0; o < j.w.n_out; o += per_task) {
-      tasks.push_back({i, o, std::min(j.w.n_out, o + per_task), offset});
+      tasks.push_back({i, o, std::min(j.w.n_out, o + per_task), inputs[input_of[i]].offset});
     }
-    offset += act_bytes * static_cast<size_t>(j.n_rows);
   }
   pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
     const MatmulScratch::BatchTask& task = tasks[static_cast<size_t>(t)];

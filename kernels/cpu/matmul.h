@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/ggml_type.h"
+#include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace moe::cpu {
@@ -48,8 +50,18 @@ class MatmulScratch {
     int64_t o_begin = 0, o_end = 0;
     size_t act_offset = 0;
   };
+  // A distinct activation input of a batch and where its converted rows are in buf_.
+  struct ActInput {
+    const float* x = nullptr;
+    int64_t n_rows = 0, n_in = 0;
+    ActFormat fmt = ActFormat::F32;
+    size_t offset = 0;
+  };
   std::vector<unsigned char> buf_;
   std::vector<BatchTask> tasks_;
+  std::vector<ActInput> inputs_;
+  std::vector<size_t> input_of_;
+  std::vector<std::pair<size_t, int64_t>> act_rows_;
 };
 
 // y[r * n_out + o] = sum_i W[o, i] * x[r * n_in + i] for r < n_rows (x, y row-major, float32).
