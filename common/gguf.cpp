@@ -759,6 +759,17 @@ GgufFile::GgufFile(GgufFile&&) noexcept = default;
 GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
 GgufFile::~GgufFile() = default;
 
+std::vector<std::span<const uint8_t>> GgufFile::shard_bytes() const {
+  std::vector<std::span<const uint8_t>> out;
+  for (const auto& m : maps_) out.push_back(m->bytes());
+  return out;
+}
+
+bool GgufFile::loaded() const {
+  return !maps_.empty() && std::all_of(maps_.begin(), maps_.end(),
+                                       [](const auto& m) { return m->mode() == LoadMode::Loaded; });
+}
+
 GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string name) {
   return GgufParser(bytes, name).parse();
 }

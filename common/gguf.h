@@ -103,6 +103,11 @@ class GgufFile {
   const std::vector<KeyValue>& metadata() const { return kv_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
+  // Each shard's bytes in memory (empty for parse()), and whether they were read in
+  // (LoadMode::Loaded) rather than mapped: the GPU page-locks read-in memory to copy experts.
+  std::vector<std::span<const uint8_t>> shard_bytes() const;
+  bool loaded() const;
+
   const Value* find(std::string_view key) const;               // nullptr if absent
   const TensorInfo* find_tensor(std::string_view name) const;  // nullptr if absent
 

@@ -74,16 +74,17 @@ std::unique_ptr<MappedFile> MappedFile::open(const std::string& path, LoadMode m
 
   const auto size = static_cast<size_t>(st.st_size);
   if (size == 0) {
-    return std::unique_ptr<MappedFile>(new MappedFile(path, kEmpty, 0, nullptr, 0));
+    return std::unique_ptr<MappedFile>(new MappedFile(path, kEmpty, 0, nullptr, 0, mode));
   }
   if (mode == LoadMode::Loaded) {
     const Loaded l = load_file(path, guard.fd, size);
-    return std::unique_ptr<MappedFile>(new MappedFile(path, l.data, size, l.region, l.region_size));
+    return std::unique_ptr<MappedFile>(
+        new MappedFile(path, l.data, size, l.region, l.region_size, LoadMode::Loaded));
   }
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, guard.fd, 0);
   if (p == MAP_FAILED) fail(path, "mmap", errno);
   return std::unique_ptr<MappedFile>(
-      new MappedFile(path, static_cast<const uint8_t*>(p), size, p, size));
+      new MappedFile(path, static_cast<const uint8_t*>(p), size, p, size, LoadMode::Mapped));
 }
 
 MappedFile::~MappedFile() {

@@ -34,20 +34,24 @@ class MappedFile {
   size_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  LoadMode mode() const { return mode_; }
 
  private:
-  MappedFile(std::string path, const uint8_t* data, size_t size, void* region, size_t region_size)
+  MappedFile(std::string path, const uint8_t* data, size_t size, void* region, size_t region_size,
+             LoadMode mode)
       : path_(std::move(path)),
         data_(data),
         size_(size),
         region_(region),
-        region_size_(region_size) {}
+        region_size_(region_size),
+        mode_(mode) {}
 
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   void* region_ = nullptr;  // what to munmap (null for an empty file)
   size_t region_size_ = 0;
+  LoadMode mode_ = LoadMode::Mapped;
 };
 
 }  // namespace moe::gguf
