@@ -79,6 +79,24 @@ ExpertResidency::ExpertResidency(VramBudget& budget,
   }
 }
 
+ResidentExpert ExpertResidency::slot_view(int64_t layer, unsigned char* dst) const {
+  const SlotLayout& lay = layout_[static_cast<size_t>(layer)];
+  return {dst, dst + lay.up, dst + lay.down};
+}
+
+ResidentExpert ExpertResidency::stage(int64_t layer, int64_t expert, unsigned char* dst,
+                                      cudaStream_t stream) const {
+  const model::ExpertLayerTensors& t = layers_[static_cast<size_t>(layer)];
+  const SlotLayout& lay = layout_[static_cast<size_t>(layer)];
+  MOE_CUDA_CHECK(cudaMemcpyAsync(dst, t.gate.data(expert), t.gate.expert_bytes(),
+                                 cudaMemcpyHostToDevice, stream));
+  MOE_CUDA_CHECK(cudaMemcpyAsync(dst + lay.up, t.up.data(expert), t.up.expert_bytes(),
+                                 cudaMemcpyHostToDevice, stream));
+  MOE_CUDA_CHECK(cudaMemcpyAsync(dst + lay.down, t.down.data(expert), t.down.expert_bytes(),
+                                 cudaMemcpyHostToDevice, stream));
+  return slot_view(layer, dst);
+}
+
 int64_t ExpertResidency::pool_filled() const {
   return std::count_if(slot_owner_.begin(), slot_owner_.end(), [](int64_t o) { return o >= 0; });
 }

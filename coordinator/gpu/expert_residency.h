@@ -51,6 +51,13 @@ class ExpertResidency {
   // copying only the ones that change. Returns how many were copied.
   int64_t refill();
 
+  // Where the matrices of a CPU-homed layer's expert are once copied into `dst` (slot_bytes() of
+  // VRAM), and the copy itself, enqueued on `stream`: an expert streamed over PCIe for one
+  // layer's compute.
+  ResidentExpert slot_view(int64_t layer, unsigned char* dst) const;
+  ResidentExpert stage(int64_t layer, int64_t expert, unsigned char* dst,
+                       cudaStream_t stream) const;
+
   int64_t pool_slots() const { return n_slots_; }
   int64_t pool_filled() const;
   uint64_t slot_bytes() const { return slot_bytes_; }

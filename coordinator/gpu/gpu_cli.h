@@ -26,6 +26,15 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
                  "the GPU when routed (default: auto, what the budget leaves minus a reserve; 0: "
                  "off)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--moe-stream-share", o.moe_stream_share,
+                 "share (0-1) of each decode layer's CPU-homed misses copied over PCIe and "
+                 "computed on the GPU while the CPU computes the rest (default 0: none; needs "
+                 "--no-mmap / -mmp 0; 0.25-0.35 measured best on a PCIe 5 host)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--no-mmap", o.no_mmap,
+               "read the model into memory instead of mapping it; with -ngl and CPU-homed "
+               "experts it is page-locked, and prefill batches of 32+ tokens then stream those "
+               "experts to the GPU over PCIe");
 }
 
 }  // namespace moe::gpu

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "common/mapped_file.h"
+
 namespace moe::gpu {
 
 struct GpuOptions {
@@ -22,6 +24,16 @@ struct GpuOptions {
   // Pool of whole-expert slots for CPU-homed experts: < 0 = auto (what the budget leaves after
   // everything else and a reserve), 0 = no pool, > 0 = that many MiB.
   int64_t moe_resident_mib = -1;
+  // Share (0..1) of a decode step's CPU-homed misses per layer whose weights are copied over PCIe
+  // into VRAM staging slots and computed on the GPU while the CPU computes the rest (FreeToken's
+  // q = m * B_pcie / (B_pcie + B_cpu)); 0: the CPU computes every miss.
+  double moe_stream_share = 0.0;
+  // VRAM slots experts streamed over PCIe are copied into (decode misses, prefill batches in
+  // double-buffered halves); even, at least 2. Not a flag: tests shrink it to exercise reuse.
+  int64_t moe_staging_slots = 16;
+  // --no-mmap: read the model into memory instead of mapping it. With CPU-homed experts the GPU
+  // then page-locks it, so prefill batches and --moe-stream-share copy experts over PCIe.
+  bool no_mmap = false;
   // Context per sequence the KV cache is sized for when the pool is sized automatically.
   int64_t n_ctx = 4096;
 };
@@ -33,6 +45,11 @@ struct GpuOptions {
 inline constexpr int kGpuPoolSpin = 200000;
 
 // Headroom left free when the pool is sized automatically: prefill scratch grows with the batch.
+// How the tools open the model file for these options.
+inline gguf::LoadMode load_mode(const GpuOptions& o) {
+  return o.no_mmap ? gguf::LoadMode::Loaded : gguf::LoadMode::Mapped;
+}
+
 inline constexpr int64_t kAutoPoolReserveMib = 512;
 
 }  // namespace moe::gpu

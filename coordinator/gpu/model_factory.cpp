@@ -23,13 +23,13 @@ bool built_with_cuda() {
 std::unique_ptr<model::ModelArch> create_model(const gguf::GgufFile& file, cpu::ThreadPool& pool,
                                                std::unique_ptr<model::ExpertExecutor> experts,
                                                const GpuOptions& opt, std::string* placement) {
-  const bool gpu_flags =
-      opt.cpu_moe || opt.n_cpu_moe > 0 || opt.vram_budget_mib > 0 || opt.moe_resident_mib > 0;
+  const bool gpu_flags = opt.cpu_moe || opt.n_cpu_moe > 0 || opt.vram_budget_mib > 0 ||
+                         opt.moe_resident_mib > 0 || opt.moe_stream_share > 0;
   if (opt.n_gpu_layers == 0) {
     if (gpu_flags) {
       throw Error(
-          "--vram-budget-mib, -cmoe, -ncmoe and --moe-resident-mib need -ngl (the model "
-          "runs on the CPU without it)");
+          "--vram-budget-mib, -cmoe, -ncmoe, --moe-resident-mib and --moe-stream-share need -ngl "
+          "(the model runs on the CPU without it)");
     }
     auto m = model::create_model_arch(file, pool, std::move(experts));
     if (placement) *placement = "CPU: every layer and expert on the CPU (-ngl 0)";

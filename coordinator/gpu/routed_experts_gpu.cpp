@@ -1,6 +1,9 @@
 #include "coordinator/gpu/routed_experts_gpu.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
 #include <string>
 
 #include "common/error.h"
@@ -71,6 +74,23 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
     pool_bytes = budget.available() > need ? budget.available() - need : 0;
   }
   residency_ = std::make_unique<ExpertResidency>(budget, tensors_, gpu_home, X, pool_bytes);
+  staged_.assign(static_cast<size_t>(X), ResidentExpert{});
+  // Streaming: decode misses (--moe-stream-share) and prefill batches, from the loaded model.
+  if ((opt.moe_stream_share > 0 || f.loaded()) && residency_->has_cpu_experts()) {
+    stream_share_ = opt.moe_stream_share;
+    if (opt.moe_staging_slots < 2 || opt.moe_staging_slots % 2 != 0) {
+      throw Error("staging slots: " + std::to_string(opt.moe_staging_slots) +
+                  " (a positive even number: two halves are double-buffered)");
+    }
+    staging_slots_ = opt.moe_staging_slots;
+    pin_ = std::make_unique<HostModelPin>(f);
+    staging_ = budget.allocate(static_cast<size_t>(staging_slots_) * residency_->slot_bytes(),
+                               VramUse::Pool, "PCIe staging slots");
+    copy_stream_ = std::make_unique<CudaStream>();
+    for (auto& e : slots_ready_) e = std::make_unique<CudaEvent>();
+    for (auto& e : slots_free_) e = std::make_unique<CudaEvent>();
+    slots_idle_ = std::make_unique<CudaEvent>();
+  }
   cpu_experts_ = cpu_experts ? std::move(cpu_experts) : model::cpu_experts_for(f, pool);
 
   // Device routing buffers and the constant index lists of the one-group-per-item layout.
@@ -188,10 +208,54 @@ void RoutedExpertsGpu::run_on_device(int64_t l, int64_t n, const float* xn, floa
                      stream);
 }
 
+std::string RoutedExpertsGpu::summary() const {
+  std::string s = residency_->summary();
+  if (copy_stream_ && pin_->pinned()) {
+    s += "; prefill batches of " + std::to_string(kStreamBatchMinTokens) +
+         "+ tokens stream their CPU-homed experts over PCIe (" + std::to_string(staging_slots_) +
+         " staging slots)";
+  }
+  if (stream_share_ > 0) {
+    char share[16];
+    std::snprintf(share, sizeof share, "%.2f", stream_share_);
+    s += std::string("; ") + share + " of each decode layer's misses streamed over PCIe" +
+         (pin_->pinned() ? "" : " (from pageable memory: " + pin_->refusal() + ")");
+  }
+  return s;
+}
+
+void RoutedExpertsGpu::stage_misses(int64_t l, int64_t n, cudaStream_t stream) {
+  for (int32_t e : staged_ids_) staged_[static_cast<size_t>(e)] = ResidentExpert{};
+  staged_ids_.clear();
+  // Decode only: a prefill batch streams all its misses (streams_batch).
+  if (stream_share_ <= 0 || n > kDeviceRoutingMaxTokens) return;
+  std::vector<int32_t>& misses = misses_;  // distinct missing experts, in routing order
+  misses.clear();
+  for (int64_t i = 0; i < n * cfg_.n_expert_used; ++i) {
+    const int32_t e = rids_[static_cast<size_t>(i)];
+    if (!residency_->find(l, e) && std::find(misses.begin(), misses.end(), e) == misses.end()) {
+      misses.push_back(e);
+    }
+  }
+  const auto want = std::min<int64_t>(
+      staging_slots_, std::llround(static_cast<double>(misses.size()) * stream_share_));
+  for (int64_t j = 0; j < want; ++j) {
+    const int32_t e = misses[static_cast<size_t>(j)];
+    unsigned char* slot =
+        staging_.as<unsigned char>() + static_cast<size_t>(j) * residency_->slot_bytes();
+    staged_[static_cast<size_t>(e)] = residency_->stage(l, e, slot, stream);
+    staged_ids_.push_back(e);
+  }
+}
+
 void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* out,
                                  cudaStream_t stream) {
   const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.n_ff_exp;
-  // Split the items: experts with a VRAM copy run on the GPU, grouped by expert.
+  // Misses streamed over PCIe are copied first; the copies run while the CPU computes its share.
+  stage_misses(l, n, stream);
+  // A prefill batch streams every miss through the staging slots instead (see streams_batch).
+  const bool stream_all = streams_batch(n);
+  // Split the items: experts with a VRAM copy (or streamed) run on the GPU, grouped by expert.
   cpu_items_.clear();
   group_of_.assign(static_cast<size_t>(n * K), -1);
   count_.assign(static_cast<size_t>(X), 0);
@@ -199,7 +263,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   for (int64_t i = 0; i < n * K; ++i) {
     const int32_t e = rids_[static_cast<size_t>(i)];
     residency_->record(l, e);
-    if (residency_->find(l, e)) {
+    if (stream_all || gpu_copy(l, e)) {
       group_of_[static_cast<size_t>(i)] = e;
       ++count_[static_cast<size_t>(e)];
       ++total;
@@ -209,12 +273,16 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   }
 
   if (total > 0) {
+    // Groups: the experts with a VRAM copy first, then those to stream, each in expert order.
+    // Streamed group k computes from staging slot k % staging_slots_.
+    streamed_.clear();
     int32_t n_groups = 0;
-    int64_t max_rows = 0;
     for (int64_t e = 0; e < X; ++e) {
-      if (count_[static_cast<size_t>(e)] > 0) ++n_groups;
-      max_rows = std::max<int64_t>(max_rows, count_[static_cast<size_t>(e)]);
+      if (count_[static_cast<size_t>(e)] == 0) continue;
+      ++n_groups;
+      if (!gpu_copy(l, static_cast<int32_t>(e))) streamed_.push_back(static_cast<int32_t>(e));
     }
+    const int32_t n_resident = n_groups - static_cast<int32_t>(streamed_.size());
     MetaWriter w(h_meta_.get<unsigned char>());
     const void** wg = w.take<const void*>(n_groups);
     const void** wu = w.take<const void*>(n_groups);
@@ -225,19 +293,24 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     int32_t* tok_off = w.take<int32_t>(n + 1);
     int32_t* rows = w.take<int32_t>(total);
     float* weights = w.take<float>(total);
-    // Groups in expert order; next_row_[e] is where expert e's next item goes.
+    // next_row_[e] is where expert e's next item goes.
     next_row_.assign(static_cast<size_t>(X), 0);
     int32_t g = 0, acc = 0;
     offsets[0] = 0;
-    for (int64_t e = 0; e < X; ++e) {
-      if (count_[static_cast<size_t>(e)] == 0) continue;
-      const ResidentExpert* r = residency_->find(l, e);
-      wg[g] = r->gate;
-      wu[g] = r->up;
-      wd[g] = r->down;
+    const auto add_group = [&](int64_t e, const ResidentExpert& r) {
+      wg[g] = r.gate;
+      wu[g] = r.up;
+      wd[g] = r.down;
       next_row_[static_cast<size_t>(e)] = acc;
       acc += count_[static_cast<size_t>(e)];
       offsets[++g] = acc;
+    };
+    for (int64_t e = 0; e < X; ++e) {
+      const ResidentExpert* r = gpu_copy(l, static_cast<int32_t>(e));
+      if (count_[static_cast<size_t>(e)] > 0 && r) add_group(e, *r);
+    }
+    for (size_t k = 0; k < streamed_.size(); ++k) {
+      add_group(streamed_[k], residency_->slot_view(l, staging_slot(static_cast<int64_t>(k))));
     }
     int32_t k = 0;
     for (int64_t t = 0; t < n; ++t) {
@@ -265,21 +338,31 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     const model::ExpertLayerTensors& et = tensors_[static_cast<size_t>(l)];
     const auto* d_off = reinterpret_cast<const int32_t*>(dev(offsets));
     const auto* d_xrows = reinterpret_cast<const int32_t*>(dev(x_rows));
+    const auto* d_ident = reinterpret_cast<const int32_t*>(dev(ident));
+    const auto* d_wg = reinterpret_cast<const void* const*>(dev(wg));
+    const auto* d_wu = reinterpret_cast<const void* const*>(dev(wu));
+    const auto* d_wd = reinterpret_cast<const void* const*>(dev(wd));
     float* dg = d_g_.as<float>();
     float* du = d_u_.as<float>();
     float* dh = d_h_.as<float>();
     float* dy = d_y_.as<float>();
-    cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes,
-                         reinterpret_cast<const void* const*>(dev(wg)), d_off, n_groups, d_xrows,
-                         total, max_rows, xn, E, dg, stream);
-    cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes,
-                         reinterpret_cast<const void* const*>(dev(wu)), d_off, n_groups, d_xrows,
-                         total, max_rows, xn, E, du, stream);
-    cuda::swiglu(dg, du, dh, total * F, stream);
-    cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes,
-                         reinterpret_cast<const void* const*>(dev(wd)), d_off, n_groups,
-                         reinterpret_cast<const int32_t*>(dev(ident)), total, max_rows, dh, F, dy,
-                         stream);
+    // Groups [g0, g1): their rows are offsets[g0] .. offsets[g1] - 1 of every scratch matrix.
+    const auto compute = [&](int32_t g0, int32_t g1) {
+      if (g1 <= g0) return;
+      int64_t max_rows = 0;
+      for (int32_t i = g0; i < g1; ++i)
+        max_rows = std::max(max_rows, int64_t{offsets[i + 1] - offsets[i]});
+      const int64_t r0 = offsets[g0], n_rows = offsets[g1] - offsets[g0];
+      cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, d_wg + g0, d_off + g0, g1 - g0,
+                           d_xrows, n_rows, max_rows, xn, E, dg, stream);
+      cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes, d_wu + g0, d_off + g0, g1 - g0,
+                           d_xrows, n_rows, max_rows, xn, E, du, stream);
+      cuda::swiglu(dg + r0 * F, du + r0 * F, dh + r0 * F, n_rows * F, stream);
+      cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes, d_wd + g0, d_off + g0, g1 - g0,
+                           d_ident, n_rows, max_rows, dh, F, dy, stream);
+    };
+    compute(0, n_resident);
+    if (!streamed_.empty()) stream_groups(l, n_resident, compute, stream);
     cuda::combine_rows(dy, reinterpret_cast<const int32_t*>(dev(tok_off)),
                        reinterpret_cast<const int32_t*>(dev(rows)),
                        reinterpret_cast<const float*>(dev(weights)), n, E, /*accumulate=*/true, out,
@@ -293,6 +376,49 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     MOE_CUDA_CHECK(cudaMemcpyAsync(d_cpu_out_.get(), hout, static_cast<size_t>(n * E) * 4,
                                    cudaMemcpyHostToDevice, stream));
     cuda::add_inplace(out, d_cpu_out_.as<float>(), n * E, stream);
+  }
+}
+
+bool RoutedExpertsGpu::streams_batch(int64_t n) const {
+  // Prefill: a batch of this size uses most of a layer's experts, which cross PCIe (55 GB/s on
+  // the H200 host) far faster than the CPU computes them for so many tokens (~50 tokens/s).
+  return copy_stream_ && pin_->pinned() && n >= kStreamBatchMinTokens;
+}
+
+unsigned char* RoutedExpertsGpu::staging_slot(int64_t k) const {
+  return staging_.as<unsigned char>() +
+         static_cast<size_t>(k % staging_slots_) * residency_->slot_bytes();
+}
+
+void RoutedExpertsGpu::stream_groups(int64_t l, int32_t first_group,
+                                     const std::function<void(int32_t, int32_t)>& compute,
+                                     cudaStream_t stream) {
+  // Double buffering over the staging slots: chunk c (half the slots) is copied on the copy
+  // stream while chunk c - 1 is computed on `stream`; chunk c + 2 reuses chunk c's half once
+  // `stream` has computed it.
+  const int64_t half = staging_slots_ / 2;
+  const auto n = static_cast<int64_t>(streamed_.size());
+  const int64_t n_chunks = (n + half - 1) / half;
+  cudaStream_t copy = copy_stream_->get();
+  // The slots may still be read by an earlier layer's compute on `stream`.
+  MOE_CUDA_CHECK(cudaEventRecord(slots_idle_->get(), stream));
+  MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_idle_->get(), 0));
+  const auto copy_chunk = [&](int64_t c) {
+    if (c >= 2) MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_free_[c % 2]->get(), 0));
+    for (int64_t k = c * half; k < std::min(n, (c + 1) * half); ++k) {
+      residency_->stage(l, streamed_[static_cast<size_t>(k)], staging_slot(k), copy);
+    }
+    MOE_CUDA_CHECK(cudaEventRecord(slots_ready_[c % 2]->get(), copy));
+  };
+  copy_chunk(0);
+  if (n_chunks > 1) copy_chunk(1);
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, slots_ready_[c % 2]->get(), 0));
+    const auto g0 = static_cast<int32_t>(first_group + c * half);
+    const auto g1 = static_cast<int32_t>(first_group + std::min(n, (c + 1) * half));
+    compute(g0, g1);
+    MOE_CUDA_CHECK(cudaEventRecord(slots_free_[c % 2]->get(), stream));
+    if (c + 2 < n_chunks) copy_chunk(c + 2);
   }
 }
 

@@ -9,12 +9,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "coordinator/gpu/cuda_handles.h"
 #include "coordinator/gpu/expert_residency.h"
 #include "coordinator/gpu/gpu_options.h"
+#include "coordinator/gpu/host_model_pin.h"
 #include "coordinator/gpu/pinned_buffer.h"
 #include "coordinator/gpu/vram_budget.h"
 #include "coordinator/model/model_arch.h"
@@ -45,13 +48,28 @@ class RoutedExpertsGpu {
   // After a forward: refills the pool at 1, 8, 64, ... routed items.
   void after_forward();
 
-  std::string summary() const { return residency_->summary(); }
+  std::string summary() const;
 
  private:
   bool routes_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
   void run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
   void run_split(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
   float* scratch(VramBuffer& b, size_t floats, const char* what);
+  // Copies the share of this layer's distinct misses that streams over PCIe into staging slots.
+  void stage_misses(int64_t layer, int64_t n, cudaStream_t stream);
+  // Whether a batch of n tokens streams every CPU-homed expert it uses to the GPU.
+  bool streams_batch(int64_t n) const;
+  unsigned char* staging_slot(int64_t k) const;
+  // Copies the experts in streamed_ through the staging slots, double-buffered, and calls
+  // compute(g0, g1) for the groups (numbered from first_group) of each chunk once it is in VRAM.
+  void stream_groups(int64_t layer, int32_t first_group,
+                     const std::function<void(int32_t, int32_t)>& compute, cudaStream_t stream);
+  const ResidentExpert* gpu_copy(int64_t layer, int32_t expert) const {
+    const ResidentExpert* r = residency_->find(layer, expert);
+    if (r) return r;
+    const ResidentExpert& s = staged_[static_cast<size_t>(expert)];
+    return s.gate ? &s : nullptr;
+  }
 
   VramBudget& budget_;
   const model::ModelConfig& cfg_;
@@ -80,6 +98,19 @@ class RoutedExpertsGpu {
   std::vector<float> rprobs_, rweights_;
   std::vector<int32_t> rids_, forced_, group_of_, count_, next_row_;
   std::vector<model::ExpertItem> cpu_items_;
+  // Misses streamed over PCIe (--moe-stream-share): staging slots in VRAM, and this layer's
+  // staged copies by expert.
+  int64_t staging_slots_ = 0;
+  double stream_share_ = 0.0;
+  std::unique_ptr<HostModelPin> pin_;  // the loaded model, page-locked for the copies
+  VramBuffer staging_;
+  std::vector<ResidentExpert> staged_;
+  std::vector<int32_t> staged_ids_, misses_, streamed_;
+  // Prefill batches of at least this many tokens stream their misses (llama.cpp offloads a
+  // CPU-resident weight's product to the GPU from 32 tokens).
+  static constexpr int64_t kStreamBatchMinTokens = 32;
+  std::unique_ptr<CudaStream> copy_stream_;
+  std::unique_ptr<CudaEvent> slots_ready_[2], slots_free_[2], slots_idle_;
   uint64_t refill_at_ = 1;  // routed-item counts at which the pool is refilled
 };
 

@@ -125,7 +125,7 @@ void wait_for_shutdown() {
 }
 
 int run(const Args& a) {
-  const auto file = gguf::GgufFile::open(a.model);
+  const auto file = gguf::GgufFile::open(a.model, moe::gpu::load_mode(a.gpu));
   const placement::Topology topo = placement::detect_topology();
   placement::Placement place = placement::resolve_placement(a.placement, topo, a.threads);
   if (a.threads > 0) place.coordinator_threads = a.threads;

@@ -118,9 +118,10 @@ std::unique_ptr<ExpertExecutor> start_worker(const Args& a, const moe::gguf::Ggu
 }
 
 int run(const Args& a) {
-  const auto file = moe::gguf::GgufFile::open(
-      a.model, a.mmap ? moe::gguf::LoadMode::Mapped : moe::gguf::LoadMode::Loaded);
-  if (!a.mmap) {
+  const auto file =
+      moe::gguf::GgufFile::open(a.model, a.mmap && !a.gpu.no_mmap ? moe::gguf::LoadMode::Mapped
+                                                                  : moe::gguf::LoadMode::Loaded);
+  if (!a.mmap || a.gpu.no_mmap) {
     std::fprintf(stderr, "moe-bench: model read into memory, %s MiB of it in huge pages\n",
                  anon_huge_mib().c_str());
   }

@@ -93,7 +93,7 @@ int run_text(const Args& a) {
 int run(const Args& a) {
   using namespace moe::model;
   if (!a.apply_template.empty() || a.has_prompt) return run_text(a);
-  const auto file = moe::gguf::GgufFile::open(a.model);
+  const auto file = moe::gguf::GgufFile::open(a.model, moe::gpu::load_mode(a.gpu));
   moe::gpu::GpuOptions gpu = a.gpu;
   moe::cpu::ThreadPool pool(
       resolve_threads(a.threads), {},

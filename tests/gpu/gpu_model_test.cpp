@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -171,6 +172,96 @@ TEST(GpuModel, DeviceRoutingMatchesHostRouting) {
         static_cast<int64_t>(on_host.logits.size()));
   std::printf("device vs host routing: max %.3g rms %.3g\n", d.max, d.rms());
   EXPECT_LE(d.max, 1e-3);
+}
+
+// Decode steps that stream their misses over PCIe (--moe-stream-share) compute them with the same
+// kernels as experts resident in VRAM: streaming every miss gives the all-in-VRAM logits bit for
+// bit, and streaming half of them (the CPU computes the rest) stays within the golden bounds of
+// them. Every token is fed alone, so every step is a decode step.
+TEST(GpuModel, StreamedMissesMatchResidentExperts) {
+  REQUIRE_GPU();
+  const std::string q = any_model();
+  // Streaming page-locks the model, which must be read into memory, not mapped.
+  const auto mapped = moe::gguf::GgufFile::open(model_path(q).string());
+  moe::cpu::ThreadPool pool(2);
+  GpuOptions opt = options(kPlacements[1]);
+  opt.moe_stream_share = 0.5;
+  moe::test::expect_error([&] { Qwen3MoeGpu m(mapped, pool, nullptr, opt); }, "-mmp 0");
+  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / "raw";
+  const auto one_by_one = [&](ModelArch& m) {
+    const auto prompt = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
+    ForcedRouting forced(dir.string(), m.config().n_layer, m.config().n_expert_used);
+    const ForwardHooks hooks = forced.hooks();
+    KvCache cache = m.make_cache(512, KvType::F32, KvType::F32);
+    std::vector<float> out, row(static_cast<size_t>(m.config().n_vocab));
+    for (const int32_t t : prompt) {
+      m.forward(std::span<const int32_t>(&t, 1), cache, LogitsMode::Last, row.data(), &hooks);
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+  };
+  Qwen3MoeGpu resident(file, pool, nullptr, options(kPlacements[0]));
+  const std::vector<float> want = one_by_one(resident);
+  GpuOptions all = options(kPlacements[1]);  // -cmoe, no pool
+  all.moe_stream_share = 1.0;
+  Qwen3MoeGpu streamed(file, pool, nullptr, all);
+  EXPECT_NE(streamed.describe().find("streamed over PCIe"), std::string::npos)
+      << streamed.describe();
+  const std::vector<float> got = one_by_one(streamed);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  GpuOptions half = all;
+  half.moe_stream_share = 0.5;
+  Qwen3MoeGpu mixed(file, pool, nullptr, half);
+  const std::vector<float> mix = one_by_one(mixed);
+  Diff d;
+  d.add(mix.data(), want.data(), static_cast<int64_t>(want.size()));
+  std::printf("stream share 0.5 vs resident: max %.4f rms %.5f\n", d.max, d.rms());
+  EXPECT_LE(d.max, 0.6);
+  EXPECT_LE(d.rms(), 0.1);
+}
+
+// A prefill batch streams every CPU-homed expert it uses through the staging slots, half of them
+// copied while the other half is computed: its logits are those with every expert in VRAM (the
+// same kernels; only how the groups are split into launches differs). Four slots make eight
+// chunks of two experts per layer, so every half is reused.
+TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
+  REQUIRE_GPU();
+  const std::string q = any_model();
+  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  moe::cpu::ThreadPool pool(2);
+  const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / "raw";
+  const auto prompt = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
+  ASSERT_FALSE(prompt.empty());
+  std::vector<int32_t> batch;
+  while (batch.size() < 48) batch.insert(batch.end(), prompt.begin(), prompt.end());
+  batch.resize(48);
+  const auto prefill = [&](ModelArch& m) {
+    KvCache cache = m.make_cache(512, KvType::F32, KvType::F32);
+    std::vector<float> out(batch.size() * static_cast<size_t>(m.config().n_vocab));
+    m.forward(batch, cache, LogitsMode::All, out.data());
+    return out;
+  };
+  Qwen3MoeGpu resident(file, pool, nullptr, options(kPlacements[0]));
+  const std::vector<float> want = prefill(resident);
+  for (const int placement : {1, 2}) {  // -cmoe without a pool; -ncmoe 2 with a 1 MiB pool
+    GpuOptions opt = options(kPlacements[placement]);
+    opt.moe_staging_slots = 4;
+    Qwen3MoeGpu streamed(file, pool, nullptr, opt);
+    EXPECT_NE(streamed.describe().find("prefill batches"), std::string::npos)
+        << streamed.describe();
+    const std::vector<float> got = prefill(streamed);
+    ASSERT_EQ(got.size(), want.size());
+    Diff d;
+    d.add(got.data(), want.data(), static_cast<int64_t>(want.size()));
+    std::printf("%s, prefill streamed vs resident: max %.3g rms %.3g\n",
+                kPlacements[placement].name, d.max, d.rms());
+    EXPECT_LE(d.max, 1e-4);
+  }
+  GpuOptions odd = options(kPlacements[1]);
+  odd.moe_staging_slots = 3;
+  moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, odd); }, "staging slots");
 }
 
 TEST(GpuModel, ClearErrors) {
