@@ -15,6 +15,19 @@ size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }
 
 }  // namespace
 
+uint64_t ExpertResidency::slot_bytes_for(const std::vector<model::ExpertLayerTensors>& layers,
+                                         const std::vector<bool>& gpu_home) {
+  uint64_t bytes = 0;
+  for (size_t l = 0; l < layers.size() && l < gpu_home.size(); ++l) {
+    if (gpu_home[l]) continue;
+    const model::ExpertLayerTensors& t = layers[l];
+    bytes =
+        std::max<uint64_t>(bytes, align_up(t.gate.expert_bytes()) + align_up(t.up.expert_bytes()) +
+                                      align_up(t.down.expert_bytes()));
+  }
+  return bytes;
+}
+
 ExpertResidency::ExpertResidency(VramBudget& budget,
                                  const std::vector<model::ExpertLayerTensors>& layers,
                                  const std::vector<bool>& gpu_home, int64_t n_expert,
@@ -25,14 +38,14 @@ ExpertResidency::ExpertResidency(VramBudget& budget,
   table_.assign(static_cast<size_t>(n_layer * n_expert), ResidentExpert{});
   counts_.assign(table_.size(), 0);
   layout_.resize(layers.size());
+  slot_bytes_ = slot_bytes_for(layers, gpu_home);
 
   for (int64_t l = 0; l < n_layer; ++l) {
     const model::ExpertLayerTensors& t = layers[static_cast<size_t>(l)];
-    const size_t g = t.gate.expert_bytes(), u = t.up.expert_bytes(), d = t.down.expert_bytes();
+    const size_t g = t.gate.expert_bytes(), u = t.up.expert_bytes();
     if (!gpu_home_[static_cast<size_t>(l)]) {
       ++n_cpu_layers_;
       layout_[static_cast<size_t>(l)] = {align_up(g), align_up(g) + align_up(u)};
-      slot_bytes_ = std::max<uint64_t>(slot_bytes_, align_up(g) + align_up(u) + align_up(d));
       continue;
     }
     // The whole layer in VRAM, in the file's layout (gate and up may share one fused tensor).

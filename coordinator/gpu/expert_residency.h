@@ -27,6 +27,10 @@ class ExpertResidency {
   // in VRAM. `pool_bytes`: size of the slot pool for the other layers (0: none).
   ExpertResidency(VramBudget& budget, const std::vector<model::ExpertLayerTensors>& layers,
                   const std::vector<bool>& gpu_home, int64_t n_expert, uint64_t pool_bytes);
+  // VRAM of one whole-expert slot (gate, up, down, each 256-byte aligned) for the largest
+  // CPU-homed layer; 0 when every layer is GPU-homed.
+  static uint64_t slot_bytes_for(const std::vector<model::ExpertLayerTensors>& layers,
+                                 const std::vector<bool>& gpu_home);
 
   // The VRAM copy of (layer, expert), or nullptr when it is computed on the CPU.
   const ResidentExpert* find(int64_t layer, int64_t expert) const {

@@ -31,6 +31,10 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
                  "computed on the GPU while the CPU computes the rest (default 0: none; needs "
                  "--no-mmap / -mmp 0; 0.25-0.35 measured best on a PCIe 5 host)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--moe-staging-slots", o.moe_staging_slots,
+                 "VRAM slots (one expert each) that streamed experts are copied into; a prefill "
+                 "batch computes them in double-buffered halves (default 64)")
+      ->check(CLI::Range(int64_t{2}, int64_t{4096}));
   app.add_flag("--no-mmap", o.no_mmap,
                "read the model into memory instead of mapping it; with -ngl and CPU-homed "
                "experts it is page-locked, and prefill batches of 32+ tokens then stream those "

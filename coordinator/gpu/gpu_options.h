@@ -29,8 +29,8 @@ struct GpuOptions {
   // q = m * B_pcie / (B_pcie + B_cpu)); 0: the CPU computes every miss.
   double moe_stream_share = 0.0;
   // VRAM slots experts streamed over PCIe are copied into (decode misses, prefill batches in
-  // double-buffered halves); even, at least 2. Not a flag: tests shrink it to exercise reuse.
-  int64_t moe_staging_slots = 16;
+  // double-buffered halves); even, at least 2.
+  int64_t moe_staging_slots = 64;
   // --no-mmap: read the model into memory instead of mapping it. With CPU-homed experts the GPU
   // then page-locks it, so prefill batches and --moe-stream-share copy experts over PCIe.
   bool no_mmap = false;

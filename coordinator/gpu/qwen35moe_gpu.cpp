@@ -276,6 +276,7 @@ void Qwen35MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, mode
     io_->embed(tokens, x, stream_);
     for (int64_t l = 0; l < cfg_.n_layer; ++l) {
       const Layer& L = layers_[static_cast<size_t>(l)];
+      experts_->prefetch(l, n);  // a prefill's expert copies overlap the mixer
       cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
       if (L.recurrent) {
         delta_net_layer(L, l, n, seq);

@@ -127,6 +127,7 @@ void Qwen3MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, model
     std::vector<float> l_out;
     for (int64_t l = 0; l < cfg_.n_layer; ++l) {
       const Layer& L = layers_[static_cast<size_t>(l)];
+      experts_->prefetch(l, n);  // a prefill's expert copies overlap the attention
       cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
       cuda::matmul(L.wq, xn, n, q, stream_);
       cuda::matmul(L.wk, xn, n, k, stream_);

@@ -66,30 +66,36 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
       gpu_expert_bytes += t.bytes();
     }
   }
-  uint64_t pool_bytes = 0;
-  if (opt.moe_resident_mib > 0) {
-    pool_bytes = static_cast<uint64_t>(opt.moe_resident_mib) << 20;
-  } else if (opt.moe_resident_mib < 0) {
-    const uint64_t need = gpu_expert_bytes + other_bytes + (uint64_t{kAutoPoolReserveMib} << 20);
-    pool_bytes = budget.available() > need ? budget.available() - need : 0;
-  }
-  residency_ = std::make_unique<ExpertResidency>(budget, tensors_, gpu_home, X, pool_bytes);
-  staged_.assign(static_cast<size_t>(X), ResidentExpert{});
   // Streaming: decode misses (--moe-stream-share) and prefill batches, from the loaded model.
-  if ((opt.moe_stream_share > 0 || f.loaded()) && residency_->has_cpu_experts()) {
-    stream_share_ = opt.moe_stream_share;
+  const bool streaming = (opt.moe_stream_share > 0 || f.loaded()) &&
+                         std::find(gpu_home.begin(), gpu_home.end(), false) != gpu_home.end();
+  uint64_t staging_bytes = 0;
+  if (streaming) {
     if (opt.moe_staging_slots < 2 || opt.moe_staging_slots % 2 != 0) {
       throw Error("staging slots: " + std::to_string(opt.moe_staging_slots) +
                   " (a positive even number: two halves are double-buffered)");
     }
     staging_slots_ = opt.moe_staging_slots;
+    staging_bytes =
+        static_cast<uint64_t>(staging_slots_) * ExpertResidency::slot_bytes_for(tensors_, gpu_home);
+  }
+  uint64_t pool_bytes = 0;
+  if (opt.moe_resident_mib > 0) {
+    pool_bytes = static_cast<uint64_t>(opt.moe_resident_mib) << 20;
+  } else if (opt.moe_resident_mib < 0) {
+    const uint64_t need =
+        gpu_expert_bytes + other_bytes + staging_bytes + (uint64_t{kAutoPoolReserveMib} << 20);
+    pool_bytes = budget.available() > need ? budget.available() - need : 0;
+  }
+  residency_ = std::make_unique<ExpertResidency>(budget, tensors_, gpu_home, X, pool_bytes);
+  staged_.assign(static_cast<size_t>(X), ResidentExpert{});
+  if (streaming) {
+    stream_share_ = opt.moe_stream_share;
     pin_ = std::make_unique<HostModelPin>(f);
-    staging_ = budget.allocate(static_cast<size_t>(staging_slots_) * residency_->slot_bytes(),
-                               VramUse::Pool, "PCIe staging slots");
+    staging_ = budget.allocate(staging_bytes, VramUse::Pool, "PCIe staging slots");
     copy_stream_ = std::make_unique<CudaStream>();
     for (auto& e : slots_ready_) e = std::make_unique<CudaEvent>();
     for (auto& e : slots_free_) e = std::make_unique<CudaEvent>();
-    slots_idle_ = std::make_unique<CudaEvent>();
   }
   cpu_experts_ = cpu_experts ? std::move(cpu_experts) : model::cpu_experts_for(f, pool);
 
@@ -239,6 +245,10 @@ void RoutedExpertsGpu::stage_misses(int64_t l, int64_t n, cudaStream_t stream) {
   }
   const auto want = std::min<int64_t>(
       staging_slots_, std::llround(static_cast<double>(misses.size()) * stream_share_));
+  if (want > 0) {
+    // A prefill's copies into the slots (on the copy stream) are done before these start.
+    for (const auto& e : slots_ready_) MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, e->get(), 0));
+  }
   for (int64_t j = 0; j < want; ++j) {
     const int32_t e = misses[static_cast<size_t>(j)];
     unsigned char* slot =
@@ -273,16 +283,16 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   }
 
   if (total > 0) {
-    // Groups: the experts with a VRAM copy first, then those to stream, each in expert order.
-    // Streamed group k computes from staging slot k % staging_slots_.
-    streamed_.clear();
-    int32_t n_groups = 0;
+    // Groups: the experts with a VRAM copy that have rows, in expert order, then every expert
+    // prefetch() streams (rows or not); streamed group k computes from staging slot
+    // k % staging_slots_.
+    if (stream_all && prefetched_layer_ != l) prefetch(l, n);
+    if (!stream_all) streamed_.clear();
+    int32_t n_resident = 0;
     for (int64_t e = 0; e < X; ++e) {
-      if (count_[static_cast<size_t>(e)] == 0) continue;
-      ++n_groups;
-      if (!gpu_copy(l, static_cast<int32_t>(e))) streamed_.push_back(static_cast<int32_t>(e));
+      if (count_[static_cast<size_t>(e)] > 0 && gpu_copy(l, static_cast<int32_t>(e))) ++n_resident;
     }
-    const int32_t n_resident = n_groups - static_cast<int32_t>(streamed_.size());
+    const int32_t n_groups = n_resident + static_cast<int32_t>(streamed_.size());
     MetaWriter w(h_meta_.get<unsigned char>());
     const void** wg = w.take<const void*>(n_groups);
     const void** wu = w.take<const void*>(n_groups);
@@ -310,7 +320,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
       if (count_[static_cast<size_t>(e)] > 0 && r) add_group(e, *r);
     }
     for (size_t k = 0; k < streamed_.size(); ++k) {
-      add_group(streamed_[k], residency_->slot_view(l, staging_slot(static_cast<int64_t>(k))));
+      add_group(streamed_[k], residency_->slot_view(l, streamed_slot(static_cast<int64_t>(k))));
     }
     int32_t k = 0;
     for (int64_t t = 0; t < n; ++t) {
@@ -353,6 +363,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
       for (int32_t i = g0; i < g1; ++i)
         max_rows = std::max(max_rows, int64_t{offsets[i + 1] - offsets[i]});
       const int64_t r0 = offsets[g0], n_rows = offsets[g1] - offsets[g0];
+      if (n_rows == 0) return;  // streamed experts the batch did not route to
       cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, d_wg + g0, d_off + g0, g1 - g0,
                            d_xrows, n_rows, max_rows, xn, E, dg, stream);
       cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes, d_wu + g0, d_off + g0, g1 - g0,
@@ -363,6 +374,11 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     };
     compute(0, n_resident);
     if (!streamed_.empty()) stream_groups(l, n_resident, compute, stream);
+    prefetched_layer_ = -1;
+    if (!staged_ids_.empty()) {
+      // A later prefill copies into these slots only after this step computed from them.
+      for (const auto& e : slots_free_) MOE_CUDA_CHECK(cudaEventRecord(e->get(), stream));
+    }
     cuda::combine_rows(dy, reinterpret_cast<const int32_t*>(dev(tok_off)),
                        reinterpret_cast<const int32_t*>(dev(rows)),
                        reinterpret_cast<const float*>(dev(weights)), n, E, /*accumulate=*/true, out,
@@ -390,35 +406,60 @@ unsigned char* RoutedExpertsGpu::staging_slot(int64_t k) const {
          static_cast<size_t>(k % staging_slots_) * residency_->slot_bytes();
 }
 
+void RoutedExpertsGpu::prefetch(int64_t l, int64_t n) {
+  prefetched_layer_ = -1;
+  if (!streams_batch(n)) return;
+  // Every expert without a VRAM copy, in expert order: a batch this size routes to nearly all of
+  // them (512 tokens miss one of 128 experts with probability (1 - 8/128)^512), and copying
+  // before routing is known lets the copies overlap the layer's attention.
+  streamed_.clear();
+  for (int64_t e = 0; e < cfg_.n_expert; ++e) {
+    if (!residency_->find(l, e)) streamed_.push_back(static_cast<int32_t>(e));
+  }
+  prefetched_layer_ = l;
+  layer_chunk0_ = chunk_seq_;
+  const int64_t half = staging_slots_ / 2;
+  const auto n_chunks = (static_cast<int64_t>(streamed_.size()) + half - 1) / half;
+  chunk_seq_ += n_chunks;
+  for (int64_t c = 0; c < std::min<int64_t>(n_chunks, 2); ++c) copy_chunk(l, c);
+}
+
+unsigned char* RoutedExpertsGpu::streamed_slot(int64_t k) const {
+  // Chunks alternate between the two halves of the slots across layers too, so the next layer's
+  // first chunk is copied while this layer's last one is computed.
+  const int64_t half = staging_slots_ / 2;
+  const int64_t h = (layer_chunk0_ + k / half) % 2;
+  return staging_slot(h * half + k % half);
+}
+
+void RoutedExpertsGpu::copy_chunk(int64_t l, int64_t c) {
+  const int64_t half = staging_slots_ / 2;
+  const auto n = static_cast<int64_t>(streamed_.size());
+  const int64_t h = (layer_chunk0_ + c) % 2;
+  cudaStream_t copy = copy_stream_->get();
+  // The half is free once `stream` computed the chunk before last (or a decode step used it).
+  MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_free_[h]->get(), 0));
+  for (int64_t k = c * half; k < std::min(n, (c + 1) * half); ++k) {
+    residency_->stage(l, streamed_[static_cast<size_t>(k)], streamed_slot(k), copy);
+  }
+  MOE_CUDA_CHECK(cudaEventRecord(slots_ready_[h]->get(), copy));
+}
+
 void RoutedExpertsGpu::stream_groups(int64_t l, int32_t first_group,
                                      const std::function<void(int32_t, int32_t)>& compute,
                                      cudaStream_t stream) {
-  // Double buffering over the staging slots: chunk c (half the slots) is copied on the copy
-  // stream while chunk c - 1 is computed on `stream`; chunk c + 2 reuses chunk c's half once
-  // `stream` has computed it.
+  // Chunks 0 and 1 were started by prefetch(); chunk c + 2 is copied once chunk c is computed.
   const int64_t half = staging_slots_ / 2;
   const auto n = static_cast<int64_t>(streamed_.size());
   const int64_t n_chunks = (n + half - 1) / half;
-  cudaStream_t copy = copy_stream_->get();
-  // The slots may still be read by an earlier layer's compute on `stream`.
-  MOE_CUDA_CHECK(cudaEventRecord(slots_idle_->get(), stream));
-  MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_idle_->get(), 0));
-  const auto copy_chunk = [&](int64_t c) {
-    if (c >= 2) MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_free_[c % 2]->get(), 0));
-    for (int64_t k = c * half; k < std::min(n, (c + 1) * half); ++k) {
-      residency_->stage(l, streamed_[static_cast<size_t>(k)], staging_slot(k), copy);
-    }
-    MOE_CUDA_CHECK(cudaEventRecord(slots_ready_[c % 2]->get(), copy));
-  };
-  copy_chunk(0);
-  if (n_chunks > 1) copy_chunk(1);
   for (int64_t c = 0; c < n_chunks; ++c) {
-    MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, slots_ready_[c % 2]->get(), 0));
+    const int64_t h = (layer_chunk0_ + c) % 2;
+    MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, slots_ready_[h]->get(), 0));
     const auto g0 = static_cast<int32_t>(first_group + c * half);
     const auto g1 = static_cast<int32_t>(first_group + std::min(n, (c + 1) * half));
     compute(g0, g1);
-    MOE_CUDA_CHECK(cudaEventRecord(slots_free_[c % 2]->get(), stream));
-    if (c + 2 < n_chunks) copy_chunk(c + 2);
+    MOE_CUDA_CHECK(cudaEventRecord(slots_free_[h]->get(), stream));
+    if (c + 2 < n_chunks) copy_chunk(l, c + 2);
   }
 }
 

@@ -42,6 +42,10 @@ class RoutedExpertsGpu {
   void run(int64_t layer, int64_t n, const float* xn, const float* router_logits, float* out,
            int64_t pos0, const model::ForwardHooks* hooks, cudaStream_t stream);
 
+  // Call before enqueuing a layer's attention: for a batch that streams its CPU-homed experts
+  // (prefill with the model page-locked), starts copying them now so the copies overlap it.
+  void prefetch(int64_t layer, int64_t n);
+
   // The host routing of the last run() that routed on the host (every run when hooks observe).
   model::LayerTrace trace(int64_t layer, int64_t pos0, int64_t n, const float* l_out) const;
 
@@ -60,7 +64,11 @@ class RoutedExpertsGpu {
   // Whether a batch of n tokens streams every CPU-homed expert it uses to the GPU.
   bool streams_batch(int64_t n) const;
   unsigned char* staging_slot(int64_t k) const;
-  // Copies the experts in streamed_ through the staging slots, double-buffered, and calls
+  // The slot of streamed_[k] in this layer's chunk numbering.
+  unsigned char* streamed_slot(int64_t k) const;
+  // Enqueues the copy of chunk c of streamed_ (half the staging slots) on the copy stream.
+  void copy_chunk(int64_t layer, int64_t c);
+  // Computes the experts in streamed_ chunk by chunk, double-buffered with their copies: calls
   // compute(g0, g1) for the groups (numbered from first_group) of each chunk once it is in VRAM.
   void stream_groups(int64_t layer, int32_t first_group,
                      const std::function<void(int32_t, int32_t)>& compute, cudaStream_t stream);
@@ -110,7 +118,11 @@ class RoutedExpertsGpu {
   // CPU-resident weight's product to the GPU from 32 tokens).
   static constexpr int64_t kStreamBatchMinTokens = 32;
   std::unique_ptr<CudaStream> copy_stream_;
-  std::unique_ptr<CudaEvent> slots_ready_[2], slots_free_[2], slots_idle_;
+  // Per half of the slots: its chunk is in VRAM / has been computed (and may be overwritten).
+  std::unique_ptr<CudaEvent> slots_ready_[2], slots_free_[2];
+  int64_t prefetched_layer_ = -1;  // the layer whose streamed_ experts prefetch() started
+  // Chunks are numbered across layers; chunk s uses half s % 2. layer_chunk0_: this layer's first.
+  int64_t chunk_seq_ = 0, layer_chunk0_ = 0;
   uint64_t refill_at_ = 1;  // routed-item counts at which the pool is refilled
 };
 

@@ -222,10 +222,10 @@ TEST(GpuModel, StreamedMissesMatchResidentExperts) {
   EXPECT_LE(d.rms(), 0.1);
 }
 
-// A prefill batch streams every CPU-homed expert it uses through the staging slots, half of them
-// copied while the other half is computed: its logits are those with every expert in VRAM (the
-// same kernels; only how the groups are split into launches differs). Four slots make eight
-// chunks of two experts per layer, so every half is reused.
+// A prefill batch streams every CPU-homed expert through the staging slots, half of them copied
+// while the other half is computed: its logits are those with every expert in VRAM (the same
+// kernels; only how the groups are split into launches differs). Four slots make eight chunks of
+// two experts per layer, so every half is reused, within a layer and across layers.
 TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   REQUIRE_GPU();
   const std::string q = any_model();
@@ -237,10 +237,22 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   std::vector<int32_t> batch;
   while (batch.size() < 48) batch.insert(batch.end(), prompt.begin(), prompt.end());
   batch.resize(48);
+  // A prefill, three decode steps (their misses streamed through the same slots), and a second
+  // prefill on a new sequence: slots pass between the copy stream and decode steps both ways.
   const auto prefill = [&](ModelArch& m) {
+    const auto V = static_cast<size_t>(m.config().n_vocab);
     KvCache cache = m.make_cache(512, KvType::F32, KvType::F32);
-    std::vector<float> out(batch.size() * static_cast<size_t>(m.config().n_vocab));
+    std::vector<float> out(batch.size() * V), row(V);
     m.forward(batch, cache, LogitsMode::All, out.data());
+    for (size_t i = 0; i < 3; ++i) {
+      m.forward(std::span<const int32_t>(&batch[i], 1), cache, LogitsMode::Last, row.data());
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    KvCache second = m.make_cache(512, KvType::F32, KvType::F32);
+    const std::span<const int32_t> tail(batch.data() + 8, 40);
+    row.resize(V * tail.size());
+    m.forward(tail, second, LogitsMode::All, row.data());
+    out.insert(out.end(), row.begin(), row.end());
     return out;
   };
   Qwen3MoeGpu resident(file, pool, nullptr, options(kPlacements[0]));
@@ -248,6 +260,7 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   for (const int placement : {1, 2}) {  // -cmoe without a pool; -ncmoe 2 with a 1 MiB pool
     GpuOptions opt = options(kPlacements[placement]);
     opt.moe_staging_slots = 4;
+    opt.moe_stream_share = 1.0;  // decode computes every miss from the slots too
     Qwen3MoeGpu streamed(file, pool, nullptr, opt);
     EXPECT_NE(streamed.describe().find("prefill batches"), std::string::npos)
         << streamed.describe();
