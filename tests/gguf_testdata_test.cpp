@@ -177,6 +177,17 @@ TEST(GgufTestdata, LoadedFilesEqualMappedFiles) {
     }
     EXPECT_EQ(loaded.require_string("general.architecture"),
               mapped.require_string("general.architecture"));
+    // What the GPU path page-locks: the whole file, in memory it owns.
+    EXPECT_FALSE(mapped.loaded());
+    EXPECT_TRUE(loaded.loaded());
+    const auto shards = loaded.shard_bytes();
+    ASSERT_EQ(shards.size(), 1u);
+    EXPECT_EQ(shards[0].size(), fs::file_size(p));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(shards[0].data()) % (uintptr_t{2} << 20), 0u);
+    for (const TensorInfo& t : loaded.tensors()) {
+      ASSERT_GE(t.data, shards[0].data());
+      ASSERT_LE(t.data + t.n_bytes, shards[0].data() + shards[0].size()) << t.name;
+    }
   }
   EXPECT_THROW(GgufFile::open("/nonexistent/model.gguf", LoadMode::Loaded), moe::Error);
 }
