@@ -251,9 +251,7 @@ void RoutedExpertsGpu::stage_misses(int64_t l, int64_t n, cudaStream_t stream) {
   }
   for (int64_t j = 0; j < want; ++j) {
     const int32_t e = misses[static_cast<size_t>(j)];
-    unsigned char* slot =
-        staging_.as<unsigned char>() + static_cast<size_t>(j) * residency_->slot_bytes();
-    staged_[static_cast<size_t>(e)] = residency_->stage(l, e, slot, stream);
+    staged_[static_cast<size_t>(e)] = residency_->stage(l, e, staging_slot(j), stream);
     staged_ids_.push_back(e);
   }
 }
