@@ -63,7 +63,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(test::computa
                          });
 
 // matmul_batch: many small products of mixed types in one dispatch, each bit-identical to
-// matmul() on its own (the CPU expert executor relies on that for decode).
+// matmul() on its own (the CPU expert executor relies on that for decode), also when a job is
+// too large for a GEMV.
 TEST(MatmulBatch, EqualsOneMatmulPerJob) {
   std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
   const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16};
@@ -97,9 +98,19 @@ TEST(MatmulBatch, EqualsOneMatmulPerJob) {
       ASSERT_EQ(ys[j][i], want[j][i]) << "job " << j << " element " << i;
     }
   }
-  MatmulJob too_many = jobs[0];
-  too_many.n_rows = kMaxActRows + 1;
-  EXPECT_THROW(matmul_batch(std::span<const MatmulJob>(&too_many, 1), pool, scratch, best_isa()),
+  // A job with more rows than a GEMV takes sends every job through matmul().
+  std::vector<float> xl = test::random_floats(n_in * (kMaxActRows + 3), rng);
+  std::vector<float> yl(static_cast<size_t>((kMaxActRows + 3) * jobs[0].w.n_out), NAN);
+  std::vector<float> wl(yl.size(), NAN);
+  std::vector<MatmulJob> mixed = {jobs[1], {jobs[0].w, xl.data(), kMaxActRows + 3, yl.data()}};
+  std::fill(ys[1].begin(), ys[1].end(), NAN);
+  matmul_batch(mixed, pool, scratch, best_isa());
+  matmul(jobs[0].w, xl.data(), kMaxActRows + 3, wl.data(), pool, scratch, best_isa());
+  for (size_t i = 0; i < wl.size(); ++i) ASSERT_EQ(yl[i], wl[i]) << "element " << i;
+  for (size_t i = 0; i < want[1].size(); ++i) ASSERT_EQ(ys[1][i], want[1][i]) << "element " << i;
+  MatmulJob none = jobs[0];
+  none.n_rows = 0;
+  EXPECT_THROW(matmul_batch(std::span<const MatmulJob>(&none, 1), pool, scratch, best_isa()),
                Error);
 }
 

@@ -124,10 +124,12 @@ void Qwen35Moe::ensure_scratch(int64_t n) {
 void Qwen35Moe::delta_net_layer(const Layer& L, int64_t l, int64_t n, KvCache& cache) {
   const int64_t C = cfg_.ssm_conv_channels(), NK = cfg_.ssm_n_k_heads, NV = cfg_.ssm_n_v_heads;
   const int64_t DK = cfg_.ssm_head_k, DV = cfg_.ssm_head_v();
-  cpu::matmul(L.wqkv, xn_.data(), n, qkv_.data(), pool_, mm_, isa_);
-  cpu::matmul(L.wz, xn_.data(), n, z_.data(), pool_, mm_, isa_);
-  cpu::matmul(L.wbeta, xn_.data(), n, beta_.data(), pool_, mm_, isa_);
-  cpu::matmul(L.walpha, xn_.data(), n, gate_.data(), pool_, mm_, isa_);
+  // One dispatch (and one conversion of xn per activation format) for the four projections.
+  const cpu::MatmulJob in[] = {{L.wqkv, xn_.data(), n, qkv_.data()},
+                               {L.wz, xn_.data(), n, z_.data()},
+                               {L.wbeta, xn_.data(), n, beta_.data()},
+                               {L.walpha, xn_.data(), n, gate_.data()}};
+  cpu::matmul_batch(in, pool_, mm_, isa_);
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < NV; ++h) {
       const auto i = static_cast<size_t>(t * NV + h), hi = static_cast<size_t>(h);
@@ -153,9 +155,10 @@ void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t po
                                 KvCache& cache) {
   const int64_t hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
-  cpu::matmul(L.wq, xn_.data(), n, qg_.data(), pool_, mm_, isa_);
-  cpu::matmul(L.wk, xn_.data(), n, k_.data(), pool_, mm_, isa_);
-  cpu::matmul(L.wv, xn_.data(), n, v_.data(), pool_, mm_, isa_);
+  const cpu::MatmulJob qkv[] = {{L.wq, xn_.data(), n, qg_.data()},
+                                {L.wk, xn_.data(), n, k_.data()},
+                                {L.wv, xn_.data(), n, v_.data()}};
+  cpu::matmul_batch(qkv, pool_, mm_, isa_);
   // attn_q's rows are [query head h | gate head h] per head.
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < L.n_head; ++h) {
@@ -198,14 +201,15 @@ void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const Fo
                 moe_out_.data());
 
   // Shared expert, scaled per token by sigmoid(w_gate_inp_shexp · m).
-  cpu::matmul(L.sh_gate, xn_.data(), n, sh_g_.data(), pool_, mm_, isa_);
-  cpu::matmul(L.sh_up, xn_.data(), n, sh_u_.data(), pool_, mm_, isa_);
+  const cpu::MatmulJob shared[] = {{L.sh_gate, xn_.data(), n, sh_g_.data()},
+                                   {L.sh_up, xn_.data(), n, sh_u_.data()},
+                                   {L.sh_gate_inp, xn_.data(), n, sh_s_.data()}};
+  cpu::matmul_batch(shared, pool_, mm_, isa_);
   for (int64_t i = 0; i < n * FS; ++i) {
     const auto ii = static_cast<size_t>(i);
     sh_g_[ii] = silu(sh_g_[ii]) * sh_u_[ii];
   }
   cpu::matmul(L.sh_down, sh_g_.data(), n, sh_out_.data(), pool_, mm_, isa_);
-  cpu::matmul(L.sh_gate_inp, xn_.data(), n, sh_s_.data(), pool_, mm_, isa_);
   for (int64_t t = 0; t < n; ++t) {
     const float s = sigmoid(sh_s_[static_cast<size_t>(t)]);
     const float* h = h_.data() + t * E;

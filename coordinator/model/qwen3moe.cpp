@@ -101,9 +101,11 @@ void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMo
     const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
     // Attention block.
     rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
-    cpu::matmul(L.wq, xn_.data(), n, q_.data(), pool_, mm_, isa_);
-    cpu::matmul(L.wk, xn_.data(), n, k_.data(), pool_, mm_, isa_);
-    cpu::matmul(L.wv, xn_.data(), n, v_.data(), pool_, mm_, isa_);
+    // One dispatch and one conversion of xn for the three projections when decoding.
+    const cpu::MatmulJob qkv[] = {{L.wq, xn_.data(), n, q_.data()},
+                                  {L.wk, xn_.data(), n, k_.data()},
+                                  {L.wv, xn_.data(), n, v_.data()}};
+    cpu::matmul_batch(qkv, pool_, mm_, isa_);
     // q/k RMSNorm per head (one shared gain vector over head_dim), before RoPE.
     rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
     rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);

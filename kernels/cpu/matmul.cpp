@@ -99,6 +99,15 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
   // Jobs that read the same activations (an expert's gate and up, every expert of one decode
   // token) share one converted copy: converting is serial work that otherwise grew with the job
   // count and cost as much as a third of a decode layer's expert time on 16 threads.
+  for (const MatmulJob& j : jobs) {
+    if (j.n_rows < 1) throw Error("matmul_batch: " + std::to_string(j.n_rows) + " rows");
+  }
+  if (std::any_of(jobs.begin(), jobs.end(),
+                  [](const MatmulJob& j) { return j.n_rows > kMaxActRows; })) {
+    // Prefill-sized jobs are GEMMs that fill the pool on their own.
+    for (const MatmulJob& j : jobs) matmul(j.w, j.x, j.n_rows, j.y, pool, scratch, isa);
+    return;
+  }
   std::vector<MatmulScratch::ActInput>& inputs = scratch.inputs_;
   std::vector<size_t>& input_of = scratch.input_of_;
   inputs.clear();
@@ -106,10 +115,6 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
   size_t act_total = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatmulJob& j = jobs[i];
-    if (j.n_rows < 1 || j.n_rows > kMaxActRows) {
-      throw Error("matmul_batch: " + std::to_string(j.n_rows) + " rows (1 to " +
-                  std::to_string(kMaxActRows) + " per job)");
-    }
     if (!vec_dot_kernel(j.w.type, isa)) {
       throw Error("matmul: no kernel for " + ggml_type_label(static_cast<uint32_t>(j.w.type)));
     }

@@ -28,7 +28,7 @@ struct WeightMatrix {
 // Builds a WeightMatrix, checking that the type is computable and n_in fits its block size.
 WeightMatrix make_weight_matrix(GgmlType type, const void* data, int64_t n_in, int64_t n_out);
 
-// One product of a batch for matmul_batch: y = W·x for n_rows (1..kMaxActRows) rows.
+// One product of a batch for matmul_batch: y = W·x for n_rows rows.
 struct MatmulJob {
   WeightMatrix w;
   const float* x = nullptr;
@@ -71,7 +71,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
 
 // Several independent GEMVs (each job 1..kMaxActRows rows) in one dispatch of the pool: a decode
 // step's experts are many small matrices, and one wake-up of every thread per matrix cost more
-// than the products. Each job's result is bit-identical to matmul() on it.
+// than the products. Jobs reading the same x share its conversion. When a job has more rows, every
+// job runs as its own matmul(). Each job's result is bit-identical to matmul() on it.
 void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScratch& scratch,
                   Isa isa);
 
