@@ -309,4 +309,47 @@ TEST(ActQuant, Q8_1SumField) {
   EXPECT_EQ(q[0].d, moe::fp32_to_fp16(d));
 }
 
+// The AVX2 Q8_K conversion gives the reference's bytes: fresh random rows at several scales, and
+// the edge cases where a vector path could differ (a zero block, +a and -a both of the largest
+// magnitude, exact .5 products, a denormal maximum whose scale overflows, infinities and NaNs).
+TEST(ActQuant, Q8KFastPathEqualsReference) {
+  if (!moe::cpu::isa_supported(moe::cpu::Isa::Avx2)) {
+    GTEST_FAIL() << "this test needs an AVX2 machine (every machine we build on has one)";
+  }
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<std::vector<float>> rows;
+  for (const float scale : {1.0f, 1e-3f, 37.0f, 1e-30f}) {
+    std::vector<float> r(1024);
+    for (float& v : r) v = nd(rng) * scale;
+    rows.push_back(r);
+  }
+  std::vector<float> edge(256 * 7, 0.0f);  // block 0 stays zero
+  for (int j = 0; j < 256; ++j) edge[256 + j] = nd(rng);
+  edge[256 + 40] = 9.0f;  // block 1: +9 before -9: the first one sets the sign
+  edge[256 + 200] = -9.0f;
+  for (int j = 0; j < 256; ++j) edge[512 + j] = static_cast<float>(j % 255 - 127) / 2.0f;  // ties
+  for (int j = 0; j < 256; ++j) edge[768 + j] = 1e-42f * static_cast<float>(j % 7 - 3);  // denormal
+  for (int j = 0; j < 256; ++j) edge[1024 + j] = nd(rng);
+  edge[1024 + 17] = INFINITY;
+  for (int j = 0; j < 256; ++j) edge[1280 + j] = nd(rng);
+  edge[1280 + 3] = NAN;
+  edge[1280 + 100] = -NAN;
+  for (int j = 0; j < 256; ++j) edge[1536 + j] = -NAN;  // block 6: nothing but NaN
+  rows.push_back(edge);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    const auto n = static_cast<int64_t>(rows[i].size());
+    const size_t bytes = moe::cpu::act_row_bytes(ActFormat::Q8_K, n);
+    std::vector<uint8_t> want(bytes, 0xAB), got(bytes, 0xCD);
+    moe::cpu::quantize_act_row_ref(ActFormat::Q8_K, rows[i].data(), want.data(), n);
+    moe::cpu::quantize_act_row(ActFormat::Q8_K, rows[i].data(), got.data(), n, moe::cpu::Isa::Avx2);
+    for (size_t b = 0; b < bytes; ++b) ASSERT_EQ(got[b], want[b]) << "byte " << b;
+  }
+  std::vector<uint8_t> out(moe::cpu::act_row_bytes(ActFormat::Q8_K, 256));
+  EXPECT_THROW(moe::cpu::quantize_act_row(ActFormat::Q8_K, rows[0].data(), out.data(), 100,
+                                          moe::cpu::Isa::Avx2),
+               moe::Error);
+}
+
 }  // namespace

@@ -12,6 +12,9 @@
 #include "common/fp16.h"
 
 namespace moe::cpu {
+namespace avx2 {
+void quantize_q8_k(const float* x, uint8_t* y, int64_t nb);  // act_quant_avx2.cpp
+}  // namespace avx2
 namespace {
 
 const char* act_format_name(ActFormat f) {
@@ -187,6 +190,14 @@ int64_t act_block_size(ActFormat f) {
 size_t act_row_bytes(ActFormat f, int64_t n) {
   const int64_t nb = checked_blocks(f, n, "act_row_bytes");
   return static_cast<size_t>(nb) * act_block_bytes(f);
+}
+
+void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n, Isa isa) {
+  if (f == ActFormat::Q8_K && isa != Isa::Scalar) {
+    const int64_t nb = checked_blocks(f, n, "quantize_act_row");
+    return avx2::quantize_q8_k(x, static_cast<uint8_t*>(dst), nb);
+  }
+  quantize_act_row_ref(f, x, dst, n);
 }
 
 void quantize_act_row_ref(ActFormat f, const float* x, void* dst, int64_t n) {

@@ -56,7 +56,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
 
   if (n_rows <= kMaxActRows) {
     for (int64_t r = 0; r < n_rows; ++r) {
-      quantize_act_row_ref(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in);
+      quantize_act_row(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in, isa);
     }
     // GEMV: each weight row is read once and dotted with every activation row.
     const int64_t per_task = rows_per_task(w.row_bytes, kGemvTaskBytes);
@@ -73,7 +73,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
   }
 
   pool.parallel_for(n_rows, [&](int64_t r, int) {
-    quantize_act_row_ref(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in);
+    quantize_act_row(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in, isa);
   });
   // GEMM: a block of weight rows stays in cache while all activation chunks of up to
   // kMaxActRows rows pass over it, so weights come from DRAM once per batch.
@@ -141,8 +141,8 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
     const auto [k, r] = rows[static_cast<size_t>(t)];
     const MatmulScratch::ActInput& in = inputs[k];
     const size_t bytes = act_row_bytes(in.fmt, in.n_in);
-    quantize_act_row_ref(in.fmt, in.x + r * in.n_in,
-                         act + in.offset + static_cast<size_t>(r) * bytes, in.n_in);
+    quantize_act_row(in.fmt, in.x + r * in.n_in, act + in.offset + static_cast<size_t>(r) * bytes,
+                     in.n_in, isa);
   };
   if (rows.size() == 1) {
     convert(0, 0);
