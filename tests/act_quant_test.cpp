@@ -324,6 +324,26 @@ TEST(ActQuant, Q8KFastPathEqualsReference) {
     for (float& v : r) v = nd(rng) * scale;
     rows.push_back(r);
   }
+  // Elements whose product with the block's scale lies so close to a half-integer that fusing
+  // the rounding add into the multiply (one rounding instead of two: what a compiler may do to
+  // x * iscale + 1.5 * 2^23 where FMA is enabled) changes the result. Random data meets one in
+  // about 300,000, so they are searched for.
+  {
+    const float mx = 3.7f;
+    const float iscale = -127.0f / mx;
+    std::uniform_real_distribution<float> u(-mx, mx);
+    std::vector<float> r(256, 0.0f);
+    r[0] = mx;
+    int found = 1;
+    for (int64_t tries = 0; found < 33 && tries < 100'000'000; ++tries) {
+      const float v = u(rng);
+      volatile float product = iscale * v;  // rounded on its own, as the reference does
+      if (product + 12582912.f != std::fma(iscale, v, 12582912.f))
+        r[static_cast<size_t>(found++)] = v;
+    }
+    ASSERT_GE(found, 16) << "too few rounding-sensitive elements found";
+    rows.push_back(r);
+  }
   std::vector<float> edge(256 * 7, 0.0f);  // block 0 stays zero
   for (int j = 0; j < 256; ++j) edge[256 + j] = nd(rng);
   edge[256 + 40] = 9.0f;  // block 1: +9 before -9: the first one sets the sign

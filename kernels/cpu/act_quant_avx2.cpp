@@ -1,7 +1,8 @@
 // Q8_K activation conversion with AVX2, bit-identical to quantize_act_row_ref: the same float
 // operations element by element (|x| maximum, the first element reaching it, x * (-127 / max),
 // round-half-even through the 1.5 * 2^23 constant, min 127) and the same truncation to int8, so
-// even denormal or non-finite inputs give the reference's bytes. Decode converts a row on the
+// even denormal or non-finite inputs give the reference's bytes. No FMA in the target: the
+// compiler would fuse x * iscale + 1.5 * 2^23 into one rounding. Decode converts a row on the
 // calling thread while the pool waits: 2048 elements took ~7.5 us in scalar code.
 #include <immintrin.h>
 
@@ -11,10 +12,10 @@
 #include "kernels/cpu/act_quant.h"
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,bmi"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,bmi"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,bmi")
+#pragma GCC target("avx2,bmi")
 #endif
 
 namespace moe::cpu::avx2 {
