@@ -1,6 +1,7 @@
-// CpuExpertExecutor against a per-item computation on the scalar kernels, for decode-sized and
-// prefill-sized batches, and independent of the pool's size to the bit: its parallel activation
-// conversion, SwiGLU and weighted sum must not change what one thread computes.
+// CpuExpertExecutor against a per-item computation on the scalar kernels (within what activation
+// rounding allows), for decode-sized and prefill-sized batches, and independent of the pool's
+// size to the bit: its parallel activation conversion, SwiGLU and weighted sum must not change
+// what one thread computes.
 #include "coordinator/model/cpu_expert_executor.h"
 
 #include <gtest/gtest.h>
@@ -105,8 +106,11 @@ TEST(CpuExpertExecutor, MatchesPerItemReferenceAndIgnoresPoolSize) {
       max_ref = std::max(max_ref, static_cast<double>(std::fabs(want[i])));
     }
     ASSERT_GT(max_ref, 0.0);
-    // Same quantized activations and integer dot products; only float summation order differs.
-    EXPECT_LE(max_err, 1e-4 * max_ref) << "max error " << max_err << " of " << max_ref;
+    // The scalar reference sums in another order, and those last-bit differences in the gate and
+    // up outputs can move an element of the SwiGLU row across a Q8_K rounding boundary: one
+    // quantum of that row (1/127 of its largest element) in the down product. Measured: up to
+    // 1.3e-3 of the largest output; a lost item or a wrong weight is of the order of 1.
+    EXPECT_LE(max_err, 1e-2 * max_ref) << "max error " << max_err << " of " << max_ref;
   }
 }
 
