@@ -62,6 +62,21 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(test::computa
                            return std::string(ggml_type_info_or_throw(p.param).name);
                          });
 
+// Runs `jobs` as one matmul_batch (into ys), then each as its own matmul() (into want), and
+// expects the same bits.
+void expect_batch_equals_matmuls(const std::vector<MatmulJob>& jobs,
+                                 const std::vector<std::vector<float>>& ys,
+                                 std::vector<std::vector<float>>& want, ThreadPool& pool,
+                                 MatmulScratch& scratch) {
+  matmul_batch(jobs, pool, scratch, best_isa());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    matmul(jobs[j].w, jobs[j].x, jobs[j].n_rows, want[j].data(), pool, scratch, best_isa());
+    for (size_t i = 0; i < want[j].size(); ++i) {
+      ASSERT_EQ(ys[j][i], want[j][i]) << "job " << j << " element " << i;
+    }
+  }
+}
+
 // matmul_batch: many small products of mixed types in one dispatch, each bit-identical to
 // matmul() on its own (the CPU expert executor relies on that for decode), also when a job is
 // too large for a GEMV.
@@ -91,13 +106,7 @@ TEST(MatmulBatch, EqualsOneMatmulPerJob) {
   }
   ThreadPool pool(2);
   MatmulScratch scratch;
-  matmul_batch(jobs, pool, scratch, best_isa());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    matmul(jobs[j].w, jobs[j].x, jobs[j].n_rows, want[j].data(), pool, scratch, best_isa());
-    for (size_t i = 0; i < want[j].size(); ++i) {
-      ASSERT_EQ(ys[j][i], want[j][i]) << "job " << j << " element " << i;
-    }
-  }
+  expect_batch_equals_matmuls(jobs, ys, want, pool, scratch);
   // A job with more rows than a GEMV takes sends every job through matmul().
   std::vector<float> xl = test::random_floats(n_in * (kMaxActRows + 3), rng);
   std::vector<float> yl(static_cast<size_t>((kMaxActRows + 3) * jobs[0].w.n_out), NAN);
@@ -143,13 +152,7 @@ TEST(MatmulBatch, SharedInputsEqualOneMatmulPerJob) {
   }
   ThreadPool pool(3);
   MatmulScratch scratch;
-  matmul_batch(jobs, pool, scratch, best_isa());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    matmul(jobs[j].w, jobs[j].x, jobs[j].n_rows, want[j].data(), pool, scratch, best_isa());
-    for (size_t i = 0; i < want[j].size(); ++i) {
-      ASSERT_EQ(ys[j][i], want[j][i]) << "job " << j << " element " << i;
-    }
-  }
+  expect_batch_equals_matmuls(jobs, ys, want, pool, scratch);
 }
 
 TEST(Matmul, RejectsUnsupportedTypesAndShapes) {
