@@ -1,0 +1,107 @@
+#include "coordinator/gpu/cpu_share_runner.h"
+
+#include <utility>
+
+namespace moe::gpu {
+
+CpuShareRunner::CpuShareRunner(model::ExpertExecutor& executor, bool async, int spin,
+                               StreamFlag::Waiter waiter)
+    : executor_(executor), spin_(spin), flag_(waiter) {
+  if (async && flag_.supported()) thread_ = std::thread([this] { runner_main(); });
+}
+
+CpuShareRunner::~CpuShareRunner() {
+  if (!thread_.joinable()) return;
+  try {
+    join();
+  } catch (...) {
+    // The error belonged to a forward that was already abandoned.
+  }
+  stop_.store(true, std::memory_order_release);
+  posted_.fetch_add(1, std::memory_order_acq_rel);
+  posted_.notify_one();
+  thread_.join();
+}
+
+void CpuShareRunner::start(int64_t layer, const float* x, int64_t n,
+                           std::span<const model::ExpertItem> items, float* out) {
+  join();
+  layer_ = layer;
+  x_ = x;
+  n_ = n;
+  items_ = items;
+  out_ = out;
+  error_ = nullptr;
+  pending_ = true;
+  ++seq_;
+  if (async()) {
+    posted_.store(seq_, std::memory_order_release);
+    posted_.notify_one();
+  }
+}
+
+void CpuShareRunner::enqueue_wait(cudaStream_t stream) {
+  if (!pending_) return;
+  if (async()) {
+    flag_.wait(stream, seq_);
+    return;
+  }
+  // Synchronous: the GPU's own work is already enqueued, so computing here still overlaps it.
+  execute();
+  done_.store(seq_, std::memory_order_release);
+}
+
+void CpuShareRunner::join() {
+  if (!pending_) return;
+  if (async()) {
+    // Short spin: the caller usually arrives after the job ended; otherwise sleep and leave the
+    // core to the pool's threads.
+    uint32_t now = done_.load(std::memory_order_acquire);
+    for (int i = 0; i < 256 && now != seq_; ++i) {
+      __builtin_ia32_pause();
+      now = done_.load(std::memory_order_acquire);
+    }
+    while (now != seq_) {
+      done_.wait(now, std::memory_order_acquire);
+      now = done_.load(std::memory_order_acquire);
+    }
+  } else if (done_.load(std::memory_order_acquire) != seq_) {
+    // Started but never waited on (an error between the two): nothing was computed.
+    done_.store(seq_, std::memory_order_release);
+  }
+  pending_ = false;
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void CpuShareRunner::execute() noexcept {
+  try {
+    executor_.run(layer_, x_, n_, items_, out_);
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+}
+
+void CpuShareRunner::runner_main() {
+  uint32_t seen = 0;
+  for (;;) {
+    uint32_t now = posted_.load(std::memory_order_acquire);
+    for (int i = 0; i < spin_ && now == seen; ++i) {
+      __builtin_ia32_pause();
+      now = posted_.load(std::memory_order_acquire);
+    }
+    while (now == seen) {
+      posted_.wait(seen, std::memory_order_acquire);
+      now = posted_.load(std::memory_order_acquire);
+    }
+    seen = now;
+    if (stop_.load(std::memory_order_acquire)) return;
+    execute();
+    // The flag releases the GPU stream; done_ the host. Both after the result is written, and
+    // also when the job failed, so a stream waiting on it never hangs.
+    flag_.set(now);
+    done_.store(now, std::memory_order_release);
+    done_.notify_one();
+  }
+}
+
+}  // namespace moe::gpu

@@ -1,0 +1,67 @@
+// Runs the CPU's share of a MoE layer (the routed experts without a VRAM copy) on a thread of its
+// own, which becomes the thread pool's caller. Meanwhile the host thread that drives the GPU
+// enqueues the layer's GPU experts and the next layer's attention, and the GPU stream waits for
+// the CPU's result through a StreamFlag instead of a host synchronisation (design: issue 6 §1).
+// Without stream memory operations, or with `async` off, the share is computed on the calling
+// thread at enqueue_wait() instead, after the GPU work was enqueued.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <thread>
+
+#include "coordinator/gpu/stream_flag.h"
+#include "coordinator/model/expert_executor.h"
+
+namespace moe::gpu {
+
+class CpuShareRunner {
+ public:
+  // `spin`: pause iterations the runner spends waiting for the next job before it sleeps.
+  CpuShareRunner(model::ExpertExecutor& executor, bool async, int spin,
+                 StreamFlag::Waiter waiter = StreamFlag::Waiter::Kernel);
+  ~CpuShareRunner();
+  CpuShareRunner(const CpuShareRunner&) = delete;
+  CpuShareRunner& operator=(const CpuShareRunner&) = delete;
+
+  bool async() const { return thread_.joinable(); }
+  // Why the share runs on the calling thread although asynchronous hand-off was asked for.
+  const std::string& refusal() const { return flag_.refusal(); }
+
+  // Begins executor.run(layer, x, n, items, out). x, items and out stay untouched by the caller
+  // until join(). At most one job at a time: join() the previous one first.
+  void start(int64_t layer, const float* x, int64_t n, std::span<const model::ExpertItem> items,
+             float* out);
+  // Enqueues on `stream`: continue once the started job's result is in `out` (a failed job also
+  // releases the stream, so nothing hangs; its error surfaces at join()).
+  void enqueue_wait(cudaStream_t stream);
+  // Waits for the started job, if any, and rethrows its error.
+  void join();
+
+ private:
+  void runner_main();
+  void execute() noexcept;
+
+  model::ExpertExecutor& executor_;
+  int spin_;
+  StreamFlag flag_;
+  // The job, published by posted_ and read by the runner after it observes the new value.
+  int64_t layer_ = 0, n_ = 0;
+  const float* x_ = nullptr;
+  std::span<const model::ExpertItem> items_;
+  float* out_ = nullptr;
+  std::exception_ptr error_;
+  bool pending_ = false;  // a job was started and not joined
+  uint32_t seq_ = 0;      // jobs started
+  alignas(64) std::atomic<uint32_t> posted_{0};
+  alignas(64) std::atomic<uint32_t> done_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace moe::gpu

@@ -1,0 +1,91 @@
+#include "coordinator/gpu/stream_flag.h"
+
+#include <atomic>
+
+#include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/host_flag.h"
+
+namespace moe::gpu {
+namespace {
+
+// The driver's ABI version of the functions looked up (CUDA 12.0: the _v2 memory operations).
+constexpr unsigned kDriverApiVersion = 12000;
+
+template <typename Fn>
+Fn driver_function(const char* name, std::string& why) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  const cudaError_t rc =
+      cudaGetDriverEntryPointByVersion(name, &fn, kDriverApiVersion, cudaEnableDefault, &found);
+  if (rc != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    why = std::string("the CUDA driver has no ") + name +
+          (rc != cudaSuccess ? std::string(" (") + cudaGetErrorString(rc) + ")" : "");
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+std::string driver_error(const char* what, CUresult rc) {
+  return std::string(what) + " failed with CUresult " + std::to_string(static_cast<int>(rc));
+}
+
+}  // namespace
+
+StreamFlag::StreamFlag(Waiter waiter) : waiter_(waiter) {
+  void* p = nullptr;
+  MOE_CUDA_CHECK(cudaHostAlloc(&p, sizeof(uint32_t), cudaHostAllocMapped));
+  host_ = static_cast<uint32_t*>(p);
+  *host_ = 0;
+  void* d = nullptr;
+  MOE_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+  dev_ = reinterpret_cast<CUdeviceptr>(d);
+
+  WaitFn wait = driver_function<WaitFn>("cuStreamWaitValue32", refusal_);
+  WaitFn write = wait ? driver_function<WaitFn>("cuStreamWriteValue32", refusal_) : nullptr;
+  if (!wait || !write) return;
+  // A wait that is already satisfied must pass: devices without stream memory operations refuse
+  // the call (CUDA_ERROR_NOT_SUPPORTED) instead.
+  cudaStream_t s = nullptr;
+  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const CUresult rc = wait(s, dev_, 0, CU_STREAM_WAIT_VALUE_GEQ);
+  const cudaError_t sync = cudaStreamSynchronize(s);
+  (void)cudaStreamDestroy(s);
+  MOE_CUDA_CHECK(sync);
+  if (rc != CUDA_SUCCESS) {
+    refusal_ = driver_error("cuStreamWaitValue32", rc);
+    return;
+  }
+  wait_fn_ = wait;
+  write_fn_ = write;
+}
+
+StreamFlag::~StreamFlag() {
+  if (host_) (void)cudaFreeHost(host_);
+}
+
+void StreamFlag::wait(cudaStream_t stream, uint32_t value) const {
+  if (waiter_ == Waiter::Kernel) {
+    cuda::wait_host_flag(reinterpret_cast<const uint32_t*>(dev_), value, stream);
+    return;
+  }
+  if (!wait_fn_) throw Error("StreamFlag::wait: " + refusal_);
+  const CUresult rc = wait_fn_(stream, dev_, value, CU_STREAM_WAIT_VALUE_GEQ);
+  if (rc != CUDA_SUCCESS) throw Error(driver_error("cuStreamWaitValue32", rc));
+}
+
+void StreamFlag::write(cudaStream_t stream, uint32_t value) const {
+  if (!write_fn_) throw Error("StreamFlag::write: " + refusal_);
+  const CUresult rc = write_fn_(stream, dev_, value, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (rc != CUDA_SUCCESS) throw Error(driver_error("cuStreamWriteValue32", rc));
+}
+
+void StreamFlag::set(uint32_t value) {
+  std::atomic_ref<uint32_t>(*host_).store(value, std::memory_order_release);
+}
+
+uint32_t StreamFlag::get() const {
+  return std::atomic_ref<uint32_t>(*host_).load(std::memory_order_acquire);
+}
+
+}  // namespace moe::gpu

@@ -1,0 +1,165 @@
+// The hand-off between the CPU's expert share and the GPU stream: a stream waiting on a
+// StreamFlag passes only once the host sets it; a stream waiting on a CpuShareRunner's job passes
+// only after the job wrote its result; a failing job releases the stream and its error surfaces at
+// join(); the synchronous mode computes at enqueue_wait(). Skips, saying why, without a device.
+#include "coordinator/gpu/cpu_share_runner.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "coordinator/gpu/cuda_handles.h"
+#include "coordinator/gpu/stream_flag.h"
+#include "kernels/cuda/cuda_check.h"
+#include "tests/gpu/gpu_golden_util.h"
+
+namespace {
+
+using moe::gpu::CpuShareRunner;
+using moe::gpu::CudaStream;
+using moe::gpu::StreamFlag;
+using moe::model::ExpertItem;
+
+// Sleeps, then writes out[i] = x[i] * (1 + layer) for the first item's token row; throws when
+// asked to. `finished` is set after the result is written.
+class SlowExecutor : public moe::model::ExpertExecutor {
+ public:
+  void run(int64_t layer, const float* x, int64_t n, std::span<const ExpertItem> items,
+           float* out) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    if (fail) throw std::runtime_error("expert worker died");
+    for (int64_t i = 0; i < n * kWidth; ++i) out[i] = x[i] * static_cast<float>(1 + layer);
+    calls.fetch_add(1);
+    last_items = items.size();
+    finished.store(true, std::memory_order_release);
+  }
+  static constexpr int64_t kWidth = 4;
+  int sleep_ms = 30;
+  bool fail = false;
+  size_t last_items = 0;
+  std::atomic<int> calls{0};
+  std::atomic<bool> finished{false};
+};
+
+StreamFlag& spin_until(StreamFlag& f, uint32_t v) {
+  while (f.get() != v) std::this_thread::yield();
+  return f;
+}
+
+class StreamFlagWaiter : public ::testing::TestWithParam<StreamFlag::Waiter> {};
+
+TEST_P(StreamFlagWaiter, StreamWaitsForTheHost) {
+  REQUIRE_GPU();
+  StreamFlag go(GetParam()), seen(StreamFlag::Waiter::MemOp);
+  ASSERT_TRUE(go.supported()) << go.refusal();
+  ASSERT_TRUE(seen.supported()) << seen.refusal();
+  CudaStream s;
+  go.wait(s.get(), 1);
+  seen.write(s.get(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(seen.get(), 0u) << "the stream passed a wait nobody released";
+  go.set(1);
+  spin_until(seen, 1);
+  // Waits are cyclic comparisons: a later value releases an earlier wait at once.
+  go.wait(s.get(), 1);
+  seen.write(s.get(), 2);
+  MOE_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+  EXPECT_EQ(seen.get(), 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothWaiters, StreamFlagWaiter,
+                         ::testing::Values(StreamFlag::Waiter::MemOp, StreamFlag::Waiter::Kernel),
+                         [](const auto& info) {
+                           return info.param == StreamFlag::Waiter::MemOp ? "MemOp" : "Kernel";
+                         });
+
+TEST(CpuShareRunner, StreamPassesOnlyAfterTheJobWroteItsResult) {
+  REQUIRE_GPU();
+  SlowExecutor ex;
+  CpuShareRunner runner(ex, /*async=*/true, 1000);
+  ASSERT_TRUE(runner.async()) << runner.refusal();
+  CudaStream s;
+  StreamFlag seen(StreamFlag::Waiter::MemOp);
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8}, out(8, 0.f);
+  const std::vector<ExpertItem> items = {{0, 3, 0.5f}, {1, 4, 0.5f}};
+  for (uint32_t step = 1; step <= 3; ++step) {
+    ex.finished.store(false);
+    runner.start(static_cast<int64_t>(step), x.data(), 2, items, out.data());
+    runner.enqueue_wait(s.get());
+    seen.write(s.get(), step);
+    spin_until(seen, step);
+    EXPECT_TRUE(ex.finished.load(std::memory_order_acquire)) << "step " << step;
+    runner.join();
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(out[i], x[i] * static_cast<float>(1 + step));
+  }
+  EXPECT_EQ(ex.calls.load(), 3);
+  EXPECT_EQ(ex.last_items, items.size());
+}
+
+TEST(CpuShareRunner, FailedJobReleasesTheStreamAndRethrowsAtJoin) {
+  REQUIRE_GPU();
+  SlowExecutor ex;
+  ex.fail = true;
+  CpuShareRunner runner(ex, /*async=*/true, 1000);
+  ASSERT_TRUE(runner.async()) << runner.refusal();
+  CudaStream s;
+  std::vector<float> x(4, 1.f), out(4, 0.f);
+  const std::vector<ExpertItem> items = {{0, 1, 1.f}};
+  runner.start(0, x.data(), 1, items, out.data());
+  runner.enqueue_wait(s.get());
+  MOE_CUDA_CHECK(cudaStreamSynchronize(s.get()));  // would hang if the failure kept the flag
+  EXPECT_THROW(
+      {
+        try {
+          runner.join();
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "expert worker died");
+          throw;
+        }
+      },
+      std::runtime_error);
+  runner.join();  // reported once
+  // The runner keeps working after a failure.
+  ex.fail = false;
+  runner.start(1, x.data(), 1, items, out.data());
+  runner.enqueue_wait(s.get());
+  runner.join();
+  EXPECT_EQ(out[0], 2.f);
+}
+
+TEST(CpuShareRunner, SynchronousModeComputesAtEnqueueWait) {
+  REQUIRE_GPU();
+  SlowExecutor ex;
+  ex.sleep_ms = 0;
+  CpuShareRunner runner(ex, /*async=*/false, 0);
+  EXPECT_FALSE(runner.async());
+  CudaStream s;
+  std::vector<float> x(4, 3.f), out(4, 0.f);
+  const std::vector<ExpertItem> items = {{0, 1, 1.f}};
+  runner.start(2, x.data(), 1, items, out.data());
+  EXPECT_EQ(ex.calls.load(), 0);
+  runner.enqueue_wait(s.get());
+  EXPECT_EQ(ex.calls.load(), 1);
+  runner.join();
+  EXPECT_EQ(out[3], 9.f);
+}
+
+TEST(CpuShareRunner, DestroyedWithAJobInFlight) {
+  REQUIRE_GPU();
+  SlowExecutor ex;
+  std::vector<float> x(4, 1.f), out(4, 0.f);
+  const std::vector<ExpertItem> items = {{0, 1, 1.f}};
+  {
+    CpuShareRunner runner(ex, /*async=*/true, 1000);
+    runner.start(0, x.data(), 1, items, out.data());
+  }  // joins the job, then stops the thread
+  EXPECT_EQ(ex.calls.load(), 1);
+}
+
+}  // namespace
