@@ -35,6 +35,10 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
                  "VRAM slots (one expert each) that streamed experts are copied into; a prefill "
                  "batch computes them in double-buffered halves (default 64)")
       ->check(CLI::Range(int64_t{2}, int64_t{4096}));
+  app.add_flag("--moe-cpu-sync", o.moe_cpu_sync,
+               "compute the CPU's expert share on the thread that drives the GPU and "
+               "synchronise with it every layer (default: a runner thread computes it while the "
+               "next work is enqueued, and the GPU waits on a flag in pinned memory)");
   app.add_flag("--no-mmap", o.no_mmap,
                "read the model into memory instead of mapping it; with -ngl and CPU-homed "
                "experts it is page-locked, and prefill batches of 32+ tokens then stream those "

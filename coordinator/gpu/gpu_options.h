@@ -34,6 +34,10 @@ struct GpuOptions {
   // --no-mmap: read the model into memory instead of mapping it. With CPU-homed experts the GPU
   // then page-locks it, so prefill batches and --moe-stream-share copy experts over PCIe.
   bool no_mmap = false;
+  // --moe-cpu-sync: compute the CPU's expert share on the thread that drives the GPU, with a host
+  // synchronisation per layer, instead of on a runner thread the GPU stream waits on (the
+  // behaviour before the hand-off, kept for comparison and for drivers without stream waits).
+  bool moe_cpu_sync = false;
   // Context per sequence the KV cache is sized for when the pool is sized automatically.
   int64_t n_ctx = 4096;
 };
@@ -43,6 +47,16 @@ struct GpuOptions {
 // fell asleep pays a futex wake of every thread per layer. Measured on the H200 host, 16 threads,
 // -cmoe: tg 24 tok/s with the CPU default spin, 36 with this (docs/PERFORMANCE.md).
 inline constexpr int kGpuPoolSpin = 200000;
+
+// Threads of the CPU thread pool for a tool's -t: with the GPU and CPU-homed experts a runner
+// thread (one of the pool's) computes the CPU's share while the thread driving the GPU keeps
+// enqueueing, so that thread is counted in -t and the pool gets one fewer. One busy thread more
+// than the cores stalls the pool's spinning workers for a scheduler tick per layer (tg 5.7
+// instead of 75 tok/s measured on the H200 host, docs/PERFORMANCE.md).
+inline int cpu_pool_threads(const GpuOptions& o, int threads) {
+  const bool runner = o.n_gpu_layers > 0 && (o.cpu_moe || o.n_cpu_moe > 0) && !o.moe_cpu_sync;
+  return runner && threads > 1 ? threads - 1 : threads;
+}
 
 // Headroom left free when the pool is sized automatically: prefill scratch grows with the batch.
 // How the tools open the model file for these options.

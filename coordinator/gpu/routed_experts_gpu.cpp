@@ -98,6 +98,9 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
     for (auto& e : slots_free_) e = std::make_unique<CudaEvent>();
   }
   cpu_experts_ = cpu_experts ? std::move(cpu_experts) : model::cpu_experts_for(f, pool);
+  cpu_homed_ = std::find(gpu_home.begin(), gpu_home.end(), false) != gpu_home.end();
+  runner_ = std::make_unique<CpuShareRunner>(*cpu_experts_, cpu_homed_ && !opt.moe_cpu_sync,
+                                             kGpuPoolSpin);
 
   // Device routing buffers and the constant index lists of the one-group-per-item layout.
   const int64_t items = kDeviceRoutingMaxTokens * cfg.n_expert_used;
@@ -163,6 +166,8 @@ void RoutedExpertsGpu::reserve(int64_t n) {
 void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* rlogits, float* out,
                            int64_t pos0, const model::ForwardHooks* hooks, cudaStream_t stream) {
   if (n > reserved_) throw Error("RoutedExpertsGpu: batch larger than reserved");
+  // The previous layer's CPU share: its buffers are reused below, and its error surfaces here.
+  runner_->join();
   if (routes_on_device(l, n, hooks)) {
     cuda::router_topk(rlogits, n, cfg_.n_expert, cfg_.n_expert_used, dr_.probs, dr_.ids,
                       dr_.weights, stream);
@@ -221,6 +226,12 @@ std::string RoutedExpertsGpu::summary() const {
          "+ tokens stream their CPU-homed experts over PCIe (" + std::to_string(staging_slots_) +
          " staging slots)";
   }
+  if (cpu_homed_) {
+    s += runner_->async()
+             ? "; the CPU's share runs on a runner thread the GPU waits on"
+             : "; the CPU's share runs on the GPU's host thread" +
+                   (runner_->refusal().empty() ? std::string() : " (" + runner_->refusal() + ")");
+  }
   if (stream_share_ > 0) {
     char share[16];
     std::snprintf(share, sizeof share, "%.2f", stream_share_);
@@ -230,7 +241,7 @@ std::string RoutedExpertsGpu::summary() const {
   return s;
 }
 
-void RoutedExpertsGpu::stage_misses(int64_t l, int64_t n, cudaStream_t stream) {
+void RoutedExpertsGpu::choose_staged(int64_t l, int64_t n) {
   for (int32_t e : staged_ids_) staged_[static_cast<size_t>(e)] = ResidentExpert{};
   staged_ids_.clear();
   // Decode only: a prefill batch streams all its misses (streams_batch).
@@ -245,22 +256,27 @@ void RoutedExpertsGpu::stage_misses(int64_t l, int64_t n, cudaStream_t stream) {
   }
   const auto want = std::min<int64_t>(
       staging_slots_, std::llround(static_cast<double>(misses.size()) * stream_share_));
-  if (want > 0) {
-    // A prefill's copies into the slots (on the copy stream) are done before these start.
-    for (const auto& e : slots_ready_) MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, e->get(), 0));
-  }
   for (int64_t j = 0; j < want; ++j) {
     const int32_t e = misses[static_cast<size_t>(j)];
-    staged_[static_cast<size_t>(e)] = residency_->stage(l, e, staging_slot(j), stream);
+    staged_[static_cast<size_t>(e)] = residency_->slot_view(l, staging_slot(j));
     staged_ids_.push_back(e);
+  }
+}
+
+void RoutedExpertsGpu::copy_staged(int64_t l, cudaStream_t stream) {
+  if (staged_ids_.empty()) return;
+  // A prefill's copies into the slots (on the copy stream) are done before these start.
+  for (const auto& e : slots_ready_) MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, e->get(), 0));
+  for (size_t j = 0; j < staged_ids_.size(); ++j) {
+    residency_->stage(l, staged_ids_[j], staging_slot(static_cast<int64_t>(j)), stream);
   }
 }
 
 void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* out,
                                  cudaStream_t stream) {
   const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.n_ff_exp;
-  // Misses streamed over PCIe are copied first; the copies run while the CPU computes its share.
-  stage_misses(l, n, stream);
+  // The misses streamed over PCIe this step (decode) run on the GPU like resident experts.
+  choose_staged(l, n);
   // A prefill batch streams every miss through the staging slots instead (see streams_batch).
   const bool stream_all = streams_batch(n);
   // Split the items: experts with a VRAM copy (or streamed) run on the GPU, grouped by expert.
@@ -279,6 +295,13 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
       cpu_items_.push_back({static_cast<int32_t>(i / K), e, rweights_[static_cast<size_t>(i)]});
     }
   }
+
+  // The CPU's share starts now: on the runner thread it computes while this thread enqueues the
+  // GPU's share (and the caller the next layer's attention).
+  if (!cpu_items_.empty()) {
+    runner_->start(l, h_xn_.get<float>(), n, cpu_items_, h_cpu_out_.get<float>());
+  }
+  copy_staged(l, stream);
 
   if (total > 0) {
     // Groups: the experts with a VRAM copy that have rows, in expert order, then every expert
@@ -383,15 +406,16 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
                        stream);
   }
 
-  // The CPU's share, computed while the GPU works on its own.
+  // The CPU's share joins the GPU's once it is done.
   if (!cpu_items_.empty()) {
-    float* hout = h_cpu_out_.get<float>();
-    cpu_experts_->run(l, h_xn_.get<float>(), n, cpu_items_, hout);
-    MOE_CUDA_CHECK(cudaMemcpyAsync(d_cpu_out_.get(), hout, static_cast<size_t>(n * E) * 4,
-                                   cudaMemcpyHostToDevice, stream));
+    runner_->enqueue_wait(stream);
+    MOE_CUDA_CHECK(cudaMemcpyAsync(d_cpu_out_.get(), h_cpu_out_.get(),
+                                   static_cast<size_t>(n * E) * 4, cudaMemcpyHostToDevice, stream));
     cuda::add_inplace(out, d_cpu_out_.as<float>(), n * E, stream);
   }
 }
+
+void RoutedExpertsGpu::finish() { runner_->join(); }
 
 bool RoutedExpertsGpu::streams_batch(int64_t n) const {
   // Prefill: a batch of this size uses most of a layer's experts, which cross PCIe (55 GB/s on

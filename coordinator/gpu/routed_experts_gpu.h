@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/gpu/cpu_share_runner.h"
 #include "coordinator/gpu/cuda_handles.h"
 #include "coordinator/gpu/expert_residency.h"
 #include "coordinator/gpu/gpu_options.h"
@@ -37,10 +38,15 @@ class RoutedExpertsGpu {
   void reserve(int64_t n_tokens);
 
   // out += the routed experts of `layer` for xn [n, n_embd] with router logits [n, n_expert],
-  // all on the device; enqueued on `stream`, and the CPU's share is computed before returning.
+  // all on the device; enqueued on `stream`. The CPU's share may still be computing when this
+  // returns (the stream waits for it); the next run() or finish() waits for it on the host.
   // Row i is the token at position pos0 + i (for the hooks).
   void run(int64_t layer, int64_t n, const float* xn, const float* router_logits, float* out,
            int64_t pos0, const model::ForwardHooks* hooks, cudaStream_t stream);
+
+  // Waits for the last layer's CPU share and rethrows its error: call at the end of a forward,
+  // and before the stream is synchronised after an error.
+  void finish();
 
   // Call before enqueuing a layer's attention: for a batch that streams its CPU-homed experts
   // (prefill with the model page-locked), starts copying them now so the copies overlap it.
@@ -59,8 +65,10 @@ class RoutedExpertsGpu {
   void run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
   void run_split(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
   float* scratch(VramBuffer& b, size_t floats, const char* what);
-  // Copies the share of this layer's distinct misses that streams over PCIe into staging slots.
-  void stage_misses(int64_t layer, int64_t n, cudaStream_t stream);
+  // Decode: picks the share of this layer's distinct misses that streams over PCIe into staging
+  // slots (staged_); copy_staged() enqueues their copies.
+  void choose_staged(int64_t layer, int64_t n);
+  void copy_staged(int64_t layer, cudaStream_t stream);
   // Whether a batch of n tokens streams every CPU-homed expert it uses to the GPU.
   bool streams_batch(int64_t n) const;
   unsigned char* staging_slot(int64_t k) const;
@@ -123,7 +131,10 @@ class RoutedExpertsGpu {
   int64_t prefetched_layer_ = -1;  // the layer whose streamed_ experts prefetch() started
   // Chunks are numbered across layers; chunk s uses half s % 2. layer_chunk0_: this layer's first.
   int64_t chunk_seq_ = 0, layer_chunk0_ = 0;
+  bool cpu_homed_ = false;  // some layer's experts live on the CPU
   uint64_t refill_at_ = 1;  // routed-item counts at which the pool is refilled
+  // Last: it runs jobs that read the buffers above, and stops first.
+  std::unique_ptr<CpuShareRunner> runner_;
 };
 
 }  // namespace moe::gpu

@@ -192,8 +192,9 @@ int run(const Args& a) {
   if (file.find("tokenizer.chat_template") != nullptr) {
     tmpl.emplace(std::string(file.require_string("tokenizer.chat_template")));
   }
-  cpu::ThreadPool pool(place.coordinator_threads > 0 ? place.coordinator_threads : 1,
-                       place.coordinator_cpus, a.pool_spin);
+  cpu::ThreadPool pool(
+      gpu::cpu_pool_threads(a.gpu, place.coordinator_threads > 0 ? place.coordinator_threads : 1),
+      place.coordinator_cpus, a.pool_spin);
   // Every executor is wrapped so GetStats and /metrics can show per-layer expert work.
   std::unique_ptr<model::ExpertExecutor> experts;
   if (pool_experts) {

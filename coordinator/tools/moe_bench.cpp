@@ -138,7 +138,7 @@ int run(const Args& a) {
       threads + worker_threads(a, threads) > static_cast<int>(std::thread::hardware_concurrency());
   std::unique_ptr<ExpertExecutor> experts;
   if (a.experts == "process") experts = start_worker(a, file, threads, share_cores);
-  moe::cpu::ThreadPool pool(threads, {}, a.pool_spin);
+  moe::cpu::ThreadPool pool(moe::gpu::cpu_pool_threads(a.gpu, threads), {}, a.pool_spin);
   moe::gpu::GpuOptions gpu = a.gpu;
   gpu.n_ctx = std::max<int64_t>(1, a.n_prompt + a.n_gen);
   std::string placement;

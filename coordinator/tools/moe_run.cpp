@@ -96,7 +96,7 @@ int run(const Args& a) {
   const auto file = moe::gguf::GgufFile::open(a.model, moe::gpu::load_mode(a.gpu));
   moe::gpu::GpuOptions gpu = a.gpu;
   moe::cpu::ThreadPool pool(
-      resolve_threads(a.threads), {},
+      moe::gpu::cpu_pool_threads(gpu, resolve_threads(a.threads)), {},
       gpu.n_gpu_layers > 0 ? moe::gpu::kGpuPoolSpin : moe::cpu::ThreadPool::kDefaultSpin);
   if (a.n_ctx > 0) gpu.n_ctx = a.n_ctx;
   std::string placement;

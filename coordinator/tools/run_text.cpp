@@ -105,7 +105,7 @@ int run_generate(const GenerateArgs& a) {
 
   moe::gpu::GpuOptions gpu = a.gpu;
   moe::cpu::ThreadPool pool(
-      a.threads, {},
+      moe::gpu::cpu_pool_threads(gpu, a.threads), {},
       gpu.n_gpu_layers > 0 ? moe::gpu::kGpuPoolSpin : moe::cpu::ThreadPool::kDefaultSpin);
   if (a.n_ctx > 0) gpu.n_ctx = a.n_ctx;
   std::string placement;

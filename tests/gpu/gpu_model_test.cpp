@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "common/gguf.h"
 #include "coordinator/gpu/qwen3moe_gpu.h"
+#include "coordinator/model/cpu_expert_executor.h"
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
@@ -275,6 +277,68 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   GpuOptions odd = options(kPlacements[1]);
   odd.moe_staging_slots = 3;
   moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, odd); }, "staging slots");
+}
+
+// The CPU's share computed on the runner thread the GPU stream waits on gives the logits of the
+// synchronous hand-off bit for bit (same kernels, same order of additions); a CPU share that fails
+// mid-forward fails that forward with its error, without a hang, and the model stays usable.
+class FailingExecutor : public ExpertExecutor {
+ public:
+  explicit FailingExecutor(std::unique_ptr<ExpertExecutor> real) : real_(std::move(real)) {}
+  void run(int64_t layer, const float* x, int64_t n, std::span<const ExpertItem> items,
+           float* out) override {
+    if (fail_at >= 0 && layer == fail_at) throw moe::Error("CPU expert worker lost");
+    real_->run(layer, x, n, items, out);
+  }
+  int64_t fail_at = -1;
+
+ private:
+  std::unique_ptr<ExpertExecutor> real_;
+};
+
+TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
+  REQUIRE_GPU();
+  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  moe::cpu::ThreadPool pool(2);
+  const std::vector<int32_t> prompt = {785, 272, 391, 275, 278, 315, 434, 81};
+  GenerateOptions gen;
+  gen.n_steps = 12;
+  gen.keep_logits = true;
+  for (const int placement : {1, 2}) {  // -cmoe; -ncmoe 2 with a pool (GPU hits and CPU misses)
+    GpuOptions sync_opt = options(kPlacements[placement]);
+    sync_opt.moe_cpu_sync = true;
+    Qwen3MoeGpu sync(file, pool, nullptr, sync_opt);
+    EXPECT_NE(sync.describe().find("the GPU's host thread"), std::string::npos) << sync.describe();
+    KvCache a = sync.make_cache(64, KvType::F16, KvType::F16);
+    const GenerateResult want = generate(sync, a, prompt, gen);
+
+    auto failing = std::make_unique<FailingExecutor>(moe::model::cpu_experts_for(file, pool));
+    FailingExecutor* fail = failing.get();
+    Qwen3MoeGpu async(file, pool, std::move(failing), options(kPlacements[placement]));
+    EXPECT_NE(async.describe().find("runner thread"), std::string::npos) << async.describe();
+    KvCache b = async.make_cache(64, KvType::F16, KvType::F16);
+    const GenerateResult got = generate(async, b, prompt, gen);
+    EXPECT_EQ(got.tokens, want.tokens) << kPlacements[placement].name;
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * 4), 0)
+        << kPlacements[placement].name;
+
+    // The last CPU-homed layer fails in a decode step and in a prefill; the cache is unchanged.
+    fail->fail_at = 1;
+    std::vector<float> row(static_cast<size_t>(async.config().n_vocab));
+    const int64_t past = b.n_past();
+    moe::test::expect_error(
+        [&] { async.forward(std::span(&prompt[0], 1), b, LogitsMode::Last, row.data(), nullptr); },
+        "CPU expert worker lost");
+    moe::test::expect_error(
+        [&] { async.forward(prompt, b, LogitsMode::Last, row.data(), nullptr); },
+        "CPU expert worker lost");
+    EXPECT_EQ(b.n_past(), past);
+    fail->fail_at = -1;
+    KvCache c = async.make_cache(64, KvType::F16, KvType::F16);
+    const GenerateResult again = generate(async, c, prompt, gen);
+    EXPECT_EQ(again.tokens, want.tokens);
+  }
 }
 
 TEST(GpuModel, ClearErrors) {
