@@ -1,5 +1,6 @@
 #include "coordinator/gpu/cpu_share_runner.h"
 
+#include <chrono>
 #include <utility>
 
 namespace moe::gpu {
@@ -74,11 +75,14 @@ void CpuShareRunner::join() {
 }
 
 void CpuShareRunner::execute() noexcept {
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     executor_.run(layer_, x_, n_, items_, out_);
   } catch (...) {
     error_ = std::current_exception();
   }
+  job_us_ =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void CpuShareRunner::runner_main() {

@@ -42,6 +42,10 @@ class CpuShareRunner {
   void enqueue_wait(cudaStream_t stream);
   // Waits for the started job, if any, and rethrows its error.
   void join();
+  // The last job that ended: its token and item counts and how long the executor took (µs).
+  int64_t last_tokens() const { return n_; }
+  int64_t last_items() const { return static_cast<int64_t>(items_.size()); }
+  double last_us() const { return job_us_; }
 
  private:
   void runner_main();
@@ -55,6 +59,7 @@ class CpuShareRunner {
   const float* x_ = nullptr;
   std::span<const model::ExpertItem> items_;
   float* out_ = nullptr;
+  double job_us_ = 0;
   std::exception_ptr error_;
   bool pending_ = false;  // a job was started and not joined
   uint32_t seq_ = 0;      // jobs started

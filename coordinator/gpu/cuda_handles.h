@@ -21,7 +21,11 @@ class CudaStream {
 
 class CudaEvent {
  public:
-  CudaEvent() { MOE_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+  // `timing`: the event can be measured with cudaEventElapsedTime (recording costs a little more).
+  explicit CudaEvent(bool timing = false) {
+    MOE_CUDA_CHECK(
+        cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
   ~CudaEvent() { (void)cudaEventDestroy(e_); }
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <exception>
+#include <string>
 
 #include "coordinator/gpu/gpu_options.h"
 
@@ -26,11 +28,35 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
                  "the GPU when routed (default: auto, what the budget leaves minus a reserve; 0: "
                  "off)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--moe-stream-share", o.moe_stream_share,
-                 "share (0-1) of each decode layer's CPU-homed misses copied over PCIe and "
-                 "computed on the GPU while the CPU computes the rest (default 0: none; needs "
-                 "--no-mmap / -mmp 0; 0.25-0.35 measured best on a PCIe 5 host)")
-      ->check(CLI::Range(0.0, 1.0));
+  app.add_option_function<std::string>(
+      "--moe-stream-share",
+      [&o](const std::string& v) {
+        if (v == "auto") {
+          o.moe_stream_share = -1;
+          return;
+        }
+        size_t used = 0;
+        double f = -1;
+        try {
+          f = std::stod(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size() || !(f >= 0 && f <= 1)) {
+          throw CLI::ValidationError("--moe-stream-share",
+                                     "'" + v + "' is neither auto nor a number in [0, 1]");
+        }
+        o.moe_stream_share = f;
+      },
+      "share (0-1) of each decode layer's CPU-homed misses copied over PCIe and computed on "
+      "the GPU while the CPU computes the rest, or auto: chosen from the CPU and PCIe rates "
+      "measured as it runs (needs --no-mmap / -mmp 0; default 0: none; a fixed 0.25-0.35 "
+      "measured best on a PCIe 5 host)");
+  app.add_option_function<std::string>(
+         "--moe-resident-profiler", [&o](const std::string& v) { o.moe_profiler_new = v == "new"; },
+         "with --moe-stream-share auto: old (default) copies at least one decode miss per layer "
+         "visit, new none when the measured rates say the CPU alone is faster")
+      ->check(CLI::IsMember({"old", "new"}));
   app.add_option("--moe-staging-slots", o.moe_staging_slots,
                  "VRAM slots (one expert each) that streamed experts are copied into; a prefill "
                  "batch computes them in double-buffered halves (default 64)")

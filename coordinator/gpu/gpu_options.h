@@ -26,8 +26,12 @@ struct GpuOptions {
   int64_t moe_resident_mib = -1;
   // Share (0..1) of a decode step's CPU-homed misses per layer whose weights are copied over PCIe
   // into VRAM staging slots and computed on the GPU while the CPU computes the rest (FreeToken's
-  // q = m * B_pcie / (B_pcie + B_cpu)); 0: the CPU computes every miss.
+  // q = m * B_pcie / (B_pcie + B_cpu)); 0 (default): the CPU computes every miss; < 0
+  // (--moe-stream-share auto): that rule with the CPU and PCIe rates measured as it runs.
   double moe_stream_share = 0.0;
+  // --moe-resident-profiler, for --moe-stream-share auto: "old" copies at least one miss per
+  // decode layer visit (the fork's default), "new" none when the rates say the CPU alone is faster.
+  bool moe_profiler_new = false;
   // VRAM slots experts streamed over PCIe are copied into (decode misses, prefill batches in
   // double-buffered halves); even, at least 2.
   int64_t moe_staging_slots = 64;

@@ -24,7 +24,7 @@ std::unique_ptr<model::ModelArch> create_model(const gguf::GgufFile& file, cpu::
                                                std::unique_ptr<model::ExpertExecutor> experts,
                                                const GpuOptions& opt, std::string* placement) {
   const bool gpu_flags = opt.cpu_moe || opt.n_cpu_moe > 0 || opt.vram_budget_mib > 0 ||
-                         opt.moe_resident_mib > 0 || opt.moe_stream_share > 0;
+                         opt.moe_resident_mib > 0 || opt.moe_stream_share != 0;
   if (opt.n_gpu_layers == 0) {
     if (gpu_flags) {
       throw Error(

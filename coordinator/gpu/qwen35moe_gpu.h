@@ -39,6 +39,7 @@ class Qwen35MoeGpu final : public model::ModelArch {
 
   // Device, VRAM use by kind and where the experts live: printed at start.
   std::string describe() const;
+  std::string runtime_stats() const override { return experts_->stats(); }
 
  private:
   struct Matrix {

@@ -38,6 +38,11 @@ class MetaWriter {
   size_t off_ = 0;
 };
 
+// Bytes of one expert's gate, up and down matrices: what one copy over PCIe moves.
+uint64_t expert_bytes(const model::ExpertLayerTensors& t) {
+  return t.gate.expert_bytes() + t.up.expert_bytes() + t.down.expert_bytes();
+}
+
 template <typename T>
 T* grow(std::vector<T>& v, int64_t n) {
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
@@ -67,7 +72,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
     }
   }
   // Streaming: decode misses (--moe-stream-share) and prefill batches, from the loaded model.
-  const bool streaming = (opt.moe_stream_share > 0 || f.loaded()) &&
+  const bool streaming = (opt.moe_stream_share != 0 || f.loaded()) &&
                          std::find(gpu_home.begin(), gpu_home.end(), false) != gpu_home.end();
   uint64_t staging_bytes = 0;
   if (streaming) {
@@ -92,6 +97,16 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
   if (streaming) {
     stream_share_ = opt.moe_stream_share;
     pin_ = std::make_unique<HostModelPin>(f);
+    if (stream_share_ < 0 && pin_->pinned()) {
+      // Decode: up to kDeviceRoutingMaxTokens tokens' misses, at most a slot each.
+      const int max_m = static_cast<int>(kDeviceRoutingMaxTokens * cfg.n_expert_used);
+      profiler_ = std::make_unique<model::MissSplitProfiler>(
+          opt.moe_profiler_new ? model::MissSplitProfiler::Mode::New
+                               : model::MissSplitProfiler::Mode::Old,
+          static_cast<int>(std::min<int64_t>(max_m, staging_slots_)));
+      pcie_t0_ = std::make_unique<CudaEvent>(/*timing=*/true);
+      pcie_t1_ = std::make_unique<CudaEvent>(/*timing=*/true);
+    }
     staging_ = budget.allocate(staging_bytes, VramUse::Pool, "PCIe staging slots");
     copy_stream_ = std::make_unique<CudaStream>();
     for (auto& e : slots_ready_) e = std::make_unique<CudaEvent>();
@@ -172,6 +187,7 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
     cuda::router_topk(rlogits, n, cfg_.n_expert, cfg_.n_expert_used, dr_.probs, dr_.ids,
                       dr_.weights, stream);
     run_on_device(l, n, xn, out, stream);
+    stats_.resident += static_cast<uint64_t>(n * cfg_.n_expert_used);
     return;
   }
   const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used;
@@ -183,6 +199,7 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
                                    cudaMemcpyDeviceToHost, stream));
   }
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (profiler_) measure_split();
   model::route_batch(hl, n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(), rids_.data(),
                      rweights_.data());
   run_split(l, n, xn, out, stream);
@@ -232,6 +249,9 @@ std::string RoutedExpertsGpu::summary() const {
              : "; the CPU's share runs on the GPU's host thread" +
                    (runner_->refusal().empty() ? std::string() : " (" + runner_->refusal() + ")");
   }
+  if (profiler_) {
+    s += "; decode misses copied over PCIe: " + profiler_->summary();
+  }
   if (stream_share_ > 0) {
     char share[16];
     std::snprintf(share, sizeof share, "%.2f", stream_share_);
@@ -245,7 +265,7 @@ void RoutedExpertsGpu::choose_staged(int64_t l, int64_t n) {
   for (int32_t e : staged_ids_) staged_[static_cast<size_t>(e)] = ResidentExpert{};
   staged_ids_.clear();
   // Decode only: a prefill batch streams all its misses (streams_batch).
-  if (stream_share_ <= 0 || n > kDeviceRoutingMaxTokens) return;
+  if ((stream_share_ <= 0 && !profiler_) || n > kDeviceRoutingMaxTokens) return;
   std::vector<int32_t>& misses = misses_;  // distinct missing experts, in routing order
   misses.clear();
   for (int64_t i = 0; i < n * cfg_.n_expert_used; ++i) {
@@ -254,8 +274,14 @@ void RoutedExpertsGpu::choose_staged(int64_t l, int64_t n) {
       misses.push_back(e);
     }
   }
-  const auto want = std::min<int64_t>(
-      staging_slots_, std::llround(static_cast<double>(misses.size()) * stream_share_));
+  const auto m = static_cast<int64_t>(misses.size());
+  int64_t want = 0;
+  if (profiler_) {
+    want = profiler_->choose(static_cast<int>(m));
+  } else {
+    want = std::llround(static_cast<double>(m) * stream_share_);
+  }
+  want = std::min<int64_t>(want, staging_slots_);
   for (int64_t j = 0; j < want; ++j) {
     const int32_t e = misses[static_cast<size_t>(j)];
     staged_[static_cast<size_t>(e)] = residency_->slot_view(l, staging_slot(j));
@@ -267,8 +293,14 @@ void RoutedExpertsGpu::copy_staged(int64_t l, cudaStream_t stream) {
   if (staged_ids_.empty()) return;
   // A prefill's copies into the slots (on the copy stream) are done before these start.
   for (const auto& e : slots_ready_) MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, e->get(), 0));
+  if (profiler_) MOE_CUDA_CHECK(cudaEventRecord(pcie_t0_->get(), stream));
   for (size_t j = 0; j < staged_ids_.size(); ++j) {
     residency_->stage(l, staged_ids_[j], staging_slot(static_cast<int64_t>(j)), stream);
+    stats_.pcie_bytes += expert_bytes(tensors_[static_cast<size_t>(l)]);
+  }
+  if (profiler_) {
+    MOE_CUDA_CHECK(cudaEventRecord(pcie_t1_->get(), stream));
+    pcie_timed_ = static_cast<int64_t>(staged_ids_.size());
   }
 }
 
@@ -287,12 +319,15 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   for (int64_t i = 0; i < n * K; ++i) {
     const int32_t e = rids_[static_cast<size_t>(i)];
     residency_->record(l, e);
-    if (stream_all || gpu_copy(l, e)) {
+    const bool resident = residency_->find(l, e) != nullptr;
+    if (resident || stream_all || gpu_copy(l, e)) {
+      ++(resident ? stats_.resident : stats_.streamed);
       group_of_[static_cast<size_t>(i)] = e;
       ++count_[static_cast<size_t>(e)];
       ++total;
     } else {
       cpu_items_.push_back({static_cast<int32_t>(i / K), e, rweights_[static_cast<size_t>(i)]});
+      ++stats_.cpu;
     }
   }
 
@@ -300,6 +335,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   // GPU's share (and the caller the next layer's attention).
   if (!cpu_items_.empty()) {
     runner_->start(l, h_xn_.get<float>(), n, cpu_items_, h_cpu_out_.get<float>());
+    cpu_timed_ = profiler_ && n <= kDeviceRoutingMaxTokens;
   }
   copy_staged(l, stream);
 
@@ -415,7 +451,40 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   }
 }
 
+std::string RoutedExpertsGpu::stats() const {
+  const uint64_t all = stats_.resident + stats_.streamed + stats_.cpu;
+  if (all == 0) return "no routed experts computed yet";
+  const auto pct = [&](uint64_t v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%.1f%%", 100.0 * static_cast<double>(v) / static_cast<double>(all));
+    return std::string(b);
+  };
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(stats_.pcie_bytes) / (1u << 30));
+  std::string s = "routed expert items: " + std::to_string(all) + ", " + pct(stats_.resident) +
+                  " on VRAM copies, " + pct(stats_.streamed) + " copied over PCIe (" + gib + "), " +
+                  pct(stats_.cpu) + " on the CPU";
+  if (profiler_) s += "; " + profiler_->summary();
+  return s;
+}
+
 void RoutedExpertsGpu::finish() { runner_->join(); }
+
+void RoutedExpertsGpu::measure_split() {
+  // Called after run() joined the runner and synchronised the stream: the last decode layer's
+  // CPU job and its copies (events around them on the stream) are done.
+  if (cpu_timed_) profiler_->record_cpu(runner_->last_items(), runner_->last_us());
+  cpu_timed_ = false;
+  if (pcie_timed_ > 0) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, pcie_t0_->get(), pcie_t1_->get()) == cudaSuccess) {
+      profiler_->record_pcie(pcie_timed_, static_cast<double>(ms) * 1000.0);
+    } else {
+      (void)cudaGetLastError();  // not recorded (an error path): skip the sample
+    }
+    pcie_timed_ = 0;
+  }
+}
 
 bool RoutedExpertsGpu::streams_batch(int64_t n) const {
   // Prefill: a batch of this size uses most of a layer's experts, which cross PCIe (55 GB/s on
@@ -463,6 +532,7 @@ void RoutedExpertsGpu::copy_chunk(int64_t l, int64_t c) {
   MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_free_[h]->get(), 0));
   for (int64_t k = c * half; k < std::min(n, (c + 1) * half); ++k) {
     residency_->stage(l, streamed_[static_cast<size_t>(k)], streamed_slot(k), copy);
+    stats_.pcie_bytes += expert_bytes(tensors_[static_cast<size_t>(l)]);
   }
   MOE_CUDA_CHECK(cudaEventRecord(slots_ready_[h]->get(), copy));
 }

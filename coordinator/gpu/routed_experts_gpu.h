@@ -21,6 +21,7 @@
 #include "coordinator/gpu/host_model_pin.h"
 #include "coordinator/gpu/pinned_buffer.h"
 #include "coordinator/gpu/vram_budget.h"
+#include "coordinator/model/miss_split_profiler.h"
 #include "coordinator/model/model_arch.h"
 
 namespace moe::gpu {
@@ -59,12 +60,17 @@ class RoutedExpertsGpu {
   void after_forward();
 
   std::string summary() const;
+  // What ran where since start: routed (token, expert) items on VRAM copies, copied over PCIe
+  // (decode misses and prefill streams) and on the CPU, bytes copied, the profiler's choices.
+  std::string stats() const;
 
  private:
   bool routes_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
   void run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
   void run_split(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
   float* scratch(VramBuffer& b, size_t floats, const char* what);
+  // Feeds the profiler the last decode layer's CPU job time and copy time.
+  void measure_split();
   // Decode: picks the share of this layer's distinct misses that streams over PCIe into staging
   // slots (staged_); copy_staged() enqueues their copies.
   void choose_staged(int64_t layer, int64_t n);
@@ -131,6 +137,15 @@ class RoutedExpertsGpu {
   int64_t prefetched_layer_ = -1;  // the layer whose streamed_ experts prefetch() started
   // Chunks are numbered across layers; chunk s uses half s % 2. layer_chunk0_: this layer's first.
   int64_t chunk_seq_ = 0, layer_chunk0_ = 0;
+  // Decode misses copied per layer visit, from measured rates (when no fixed share is given).
+  std::unique_ptr<model::MissSplitProfiler> profiler_;
+  // Device events around a decode layer's copies, and how many experts they timed (0: none).
+  std::unique_ptr<CudaEvent> pcie_t0_, pcie_t1_;
+  int64_t pcie_timed_ = 0;
+  bool cpu_timed_ = false;  // the runner's last job was a decode layer's, not yet measured
+  struct Counters {
+    uint64_t resident = 0, streamed = 0, cpu = 0, pcie_bytes = 0;
+  } stats_;
   bool cpu_homed_ = false;  // some layer's experts live on the CPU
   uint64_t refill_at_ = 1;  // routed-item counts at which the pool is refilled
   // Last: it runs jobs that read the buffers above, and stops first.

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "common/gguf.h"
@@ -66,6 +67,9 @@ class ModelArch {
   }
   // Where this forward keeps sequence state: GPU forwards keep it in VRAM (KvStorage::None).
   virtual KvStorage cache_storage() const { return KvStorage::Host; }
+  // One line on where the work ran since start (GPU forwards: expert items on VRAM copies, over
+  // PCIe and on the CPU); empty when there is nothing to say.
+  virtual std::string runtime_stats() const { return {}; }
 };
 
 // The implementation for the file's general.architecture; throws moe::Error for unknown

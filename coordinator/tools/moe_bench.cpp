@@ -188,6 +188,9 @@ int run(const Args& a) {
     results.push_back(std::move(r));
   }
 
+  if (const std::string st = model->runtime_stats(); !st.empty()) {
+    std::fprintf(stderr, "moe-bench: %s\n", st.c_str());
+  }
   const std::string name = std::filesystem::path(a.model).filename().string();
   const double gib = static_cast<double>(bytes) / static_cast<double>(1ull << 30);
   if (a.output == "json") {

@@ -178,8 +178,9 @@ TEST(GpuModel, DeviceRoutingMatchesHostRouting) {
 
 // Decode steps that stream their misses over PCIe (--moe-stream-share) compute them with the same
 // kernels as experts resident in VRAM: streaming every miss gives the all-in-VRAM logits bit for
-// bit, and streaming half of them (the CPU computes the rest) stays within the golden bounds of
-// them. Every token is fed alone, so every step is a decode step.
+// bit, and streaming half of them (the CPU computes the rest), or as many as the latency profiler
+// picks, stays within the golden bounds of them. Every token is fed alone, so every step is a
+// decode step.
 TEST(GpuModel, StreamedMissesMatchResidentExperts) {
   REQUIRE_GPU();
   const std::string q = any_model();
@@ -222,6 +223,31 @@ TEST(GpuModel, StreamedMissesMatchResidentExperts) {
   std::printf("stream share 0.5 vs resident: max %.4f rms %.5f\n", d.max, d.rms());
   EXPECT_LE(d.max, 0.6);
   EXPECT_LE(d.rms(), 0.1);
+  // --moe-stream-share auto: the split comes from measured rates; old and new both stay within
+  // the same bounds, and the placement line reports the mode (and the rates once measured).
+  for (const bool newer : {false, true}) {
+    GpuOptions prof = options(kPlacements[1]);
+    prof.moe_stream_share = -1;  // auto
+    prof.moe_profiler_new = newer;
+    Qwen3MoeGpu profiled(file, pool, nullptr, prof);
+    const std::vector<float> p = one_by_one(profiled);
+    Diff dp;
+    dp.add(p.data(), want.data(), static_cast<int64_t>(want.size()));
+    std::printf("%s profiler vs resident: max %.4f rms %.5f; %s\n", newer ? "new" : "old", dp.max,
+                dp.rms(), profiled.describe().c_str());
+    EXPECT_LE(dp.max, 0.6);
+    EXPECT_LE(dp.rms(), 0.1);
+    EXPECT_NE(profiled.describe().find(newer ? "split from measured rates (new)"
+                                             : "split from measured rates (old)"),
+              std::string::npos)
+        << profiled.describe();
+    // -cmoe without a pool: nothing resident; the old profiler copies at least one miss a visit.
+    const std::string st = profiled.runtime_stats();
+    EXPECT_NE(st.find(" 0.0% on VRAM copies"), std::string::npos) << st;
+    if (!newer) {
+      EXPECT_EQ(st.find(" 0.0% copied over PCIe"), std::string::npos) << st;
+    }
+  }
 }
 
 // A prefill batch streams every CPU-homed expert through the staging slots, half of them copied

@@ -195,6 +195,18 @@ TEST(RunTool, UsageAndValueErrors) {
   p = run(moe_run() + " -p hi -n 1 --vram-budget-mib 6144", true);
   EXPECT_EQ(p.rc, 1) << p.out;
   EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
+  p = run(moe_run() + " -p hi -n 1 --moe-stream-share auto", true);
+  EXPECT_EQ(p.rc, 1) << p.out;
+  EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
+  // --moe-stream-share takes auto or a number in [0, 1]; the profiler old or new.
+  for (const char* bad : {"1.5", "-0.1", "0.3x", "half"}) {
+    p = run(moe_run() + " -p hi -n 1 --moe-stream-share " + bad, true);
+    EXPECT_EQ(p.rc, 2) << bad << ": " << p.out;
+    EXPECT_NE(p.out.find("neither auto nor a number in [0, 1]"), std::string::npos) << p.out;
+  }
+  p = run(moe_run() + " -p hi -n 1 --moe-resident-profiler newest", true);
+  EXPECT_EQ(p.rc, 2) << p.out;
+  EXPECT_NE(p.out.find("--moe-resident-profiler"), std::string::npos) << p.out;
 }
 
 TEST(RunTool, BenchPrintsTableAndJson) {
