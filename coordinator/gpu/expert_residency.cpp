@@ -127,6 +127,15 @@ void ExpertResidency::upload(int64_t layer, int64_t expert, int64_t slot) {
   table_[static_cast<size_t>(layer * n_expert_ + expert)] = {base, base + lay.up, base + lay.down};
 }
 
+void ExpertResidency::set_counts(const std::vector<uint64_t>& counts) {
+  if (counts.size() != counts_.size()) {
+    throw Error("expert residency: a profile of " + std::to_string(counts.size()) + " counts for " +
+                std::to_string(counts_.size()) + " experts");
+  }
+  counts_ = counts;
+  routed_ = std::accumulate(counts_.begin(), counts_.end(), uint64_t{0});
+}
+
 int64_t ExpertResidency::refill() {
   if (n_slots_ == 0) return 0;
   // Rank the CPU-homed experts by routing count.

@@ -51,6 +51,10 @@ class ExpertResidency {
     ++routed_;
   }
   uint64_t routed() const { return routed_; }
+  // The profile: routing counts per (layer, expert), layer-major. set_counts() replaces it (a
+  // profile saved by an earlier run); the sizes must match.
+  const std::vector<uint64_t>& counts() const { return counts_; }
+  void set_counts(const std::vector<uint64_t>& counts);
   // Makes the most-routed CPU-homed experts resident (ties: lower layer, then lower expert),
   // copying only the ones that change. Returns how many were copied.
   int64_t refill();

@@ -65,6 +65,10 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
                "compute the CPU's expert share on the thread that drives the GPU and "
                "synchronise with it every layer (default: a runner thread computes it while the "
                "next work is enqueued, and the GPU waits on a flag in pinned memory)");
+  app.add_option("--moe-profile", o.moe_profile,
+                 "routing profile file: loaded at start so the VRAM pool begins with the experts "
+                 "earlier runs routed most (a missing file starts a new one), saved as it grows "
+                 "and at exit");
   app.add_flag("--no-mmap", o.no_mmap,
                "read the model into memory instead of mapping it; with -ngl and CPU-homed "
                "experts it is page-locked, and prefill batches of 32+ tokens then stream those "

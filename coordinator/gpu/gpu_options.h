@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/mapped_file.h"
 
@@ -42,6 +43,9 @@ struct GpuOptions {
   // synchronisation per layer, instead of on a runner thread the GPU stream waits on (the
   // behaviour before the hand-off, kept for comparison and for drivers without stream waits).
   bool moe_cpu_sync = false;
+  // --moe-profile FILE: the routing profile is loaded from FILE at start (the pool then starts
+  // with the experts routed most in earlier runs) and saved to it as it grows and at exit.
+  std::string moe_profile;
   // Context per sequence the KV cache is sized for when the pool is sized automatically.
   int64_t n_ctx = 4096;
 };

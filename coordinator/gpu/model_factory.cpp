@@ -24,11 +24,13 @@ std::unique_ptr<model::ModelArch> create_model(const gguf::GgufFile& file, cpu::
                                                std::unique_ptr<model::ExpertExecutor> experts,
                                                const GpuOptions& opt, std::string* placement) {
   const bool gpu_flags = opt.cpu_moe || opt.n_cpu_moe > 0 || opt.vram_budget_mib > 0 ||
-                         opt.moe_resident_mib > 0 || opt.moe_stream_share != 0;
+                         opt.moe_resident_mib > 0 || opt.moe_stream_share != 0 ||
+                         !opt.moe_profile.empty();
   if (opt.n_gpu_layers == 0) {
     if (gpu_flags) {
       throw Error(
-          "--vram-budget-mib, -cmoe, -ncmoe, --moe-resident-mib and --moe-stream-share need -ngl "
+          "--vram-budget-mib, -cmoe, -ncmoe, --moe-resident-mib, --moe-stream-share and "
+          "--moe-profile need -ngl "
           "(the model runs on the CPU without it)");
     }
     auto m = model::create_model_arch(file, pool, std::move(experts));

@@ -10,6 +10,7 @@
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
 #include "coordinator/model/cpu_expert_executor.h"
+#include "coordinator/model/routing_profile.h"
 #include "coordinator/model/tensor_table.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
@@ -93,6 +94,15 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
     pool_bytes = budget.available() > need ? budget.available() - need : 0;
   }
   residency_ = std::make_unique<ExpertResidency>(budget, tensors_, gpu_home, X, pool_bytes);
+  profile_path_ = opt.moe_profile;
+  if (!profile_path_.empty()) {
+    if (const auto p = model::RoutingProfile::load(profile_path_)) {
+      p->check_matches(cfg.arch, cfg.n_layer, X, profile_path_);
+      residency_->set_counts(p->counts);
+      profile_warm_ = residency_->refill();
+    }
+    save_profile();  // an unwritable path is an error now, not after the first tokens
+  }
   staged_.assign(static_cast<size_t>(X), ResidentExpert{});
   if (streaming) {
     stream_share_ = opt.moe_stream_share;
@@ -242,6 +252,12 @@ std::string RoutedExpertsGpu::summary() const {
     s += "; prefill batches of " + std::to_string(kStreamBatchMinTokens) +
          "+ tokens stream their CPU-homed experts over PCIe (" + std::to_string(staging_slots_) +
          " staging slots)";
+  }
+  if (!profile_path_.empty()) {
+    s += "; routing profile " + profile_path_ +
+         (profile_warm_ >= 0 ? " loaded (" + std::to_string(profile_warm_) +
+                                   " experts copied into the pool at start)"
+                             : " (new)");
   }
   if (cpu_homed_) {
     s += runner_->async()
@@ -563,10 +579,30 @@ model::LayerTrace RoutedExpertsGpu::trace(int64_t l, int64_t pos0, int64_t n,
 
 void RoutedExpertsGpu::after_forward() {
   // Refill at 1, 8, 64, ... routed items: early from the first prompt, then as the profile
-  // settles; each refill copies only the experts that change.
-  if (residency_->pool_slots() == 0 || residency_->routed() < refill_at_) return;
-  residency_->refill();
+  // settles; each refill copies only the experts that change. The saved profile follows.
+  if (residency_->routed() < refill_at_) return;
+  if (residency_->pool_slots() > 0) residency_->refill();
   refill_at_ = std::max<uint64_t>(refill_at_ * 8, residency_->routed() + 1);
+  try {
+    save_profile();
+  } catch (const std::exception& e) {
+    // The forward succeeded; a profile that cannot be saved (disk full) must not fail it.
+    std::fprintf(stderr, "moe: %s\n", e.what());
+  }
+}
+
+void RoutedExpertsGpu::save_profile() const {
+  if (profile_path_.empty()) return;
+  model::RoutingProfile p{cfg_.arch, cfg_.n_layer, cfg_.n_expert, residency_->counts()};
+  p.save(profile_path_);
+}
+
+RoutedExpertsGpu::~RoutedExpertsGpu() {
+  try {
+    save_profile();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe: %s\n", e.what());
+  }
 }
 
 }  // namespace moe::gpu

@@ -35,6 +35,11 @@ class RoutedExpertsGpu {
                    cpu::ThreadPool& pool, std::unique_ptr<model::ExpertExecutor> cpu_experts,
                    const GpuOptions& opt, uint64_t other_bytes);
 
+  // Saves the routing profile (--moe-profile); an error is reported on stderr, not thrown.
+  ~RoutedExpertsGpu();
+  RoutedExpertsGpu(const RoutedExpertsGpu&) = delete;
+  RoutedExpertsGpu& operator=(const RoutedExpertsGpu&) = delete;
+
   // Scratch for batches of up to n tokens (grow-only).
   void reserve(int64_t n_tokens);
 
@@ -71,6 +76,7 @@ class RoutedExpertsGpu {
   float* scratch(VramBuffer& b, size_t floats, const char* what);
   // Feeds the profiler the last decode layer's CPU job time and copy time.
   void measure_split();
+  void save_profile() const;
   // Decode: picks the share of this layer's distinct misses that streams over PCIe into staging
   // slots (staged_); copy_staged() enqueues their copies.
   void choose_staged(int64_t layer, int64_t n);
@@ -146,8 +152,10 @@ class RoutedExpertsGpu {
   struct Counters {
     uint64_t resident = 0, streamed = 0, cpu = 0, pcie_bytes = 0;
   } stats_;
-  bool cpu_homed_ = false;  // some layer's experts live on the CPU
-  uint64_t refill_at_ = 1;  // routed-item counts at which the pool is refilled
+  std::string profile_path_;   // --moe-profile
+  int64_t profile_warm_ = -1;  // experts copied at start from a loaded profile (-1: none loaded)
+  bool cpu_homed_ = false;     // some layer's experts live on the CPU
+  uint64_t refill_at_ = 1;     // routed-item counts at which the pool is refilled
   // Last: it runs jobs that read the buffers above, and stops first.
   std::unique_ptr<CpuShareRunner> runner_;
 };

@@ -6,6 +6,7 @@
 // and CPU misses. Also the clear errors of the GPU path. Skips, saying why, without a device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/model/routing_profile.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/cuda/gpu_test_env.h"
 #include "tests/gpu/gpu_golden_util.h"
@@ -365,6 +367,57 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
     const GenerateResult again = generate(async, c, prompt, gen);
     EXPECT_EQ(again.tokens, want.tokens);
   }
+}
+
+// --moe-profile FILE: a run saves its routing profile; the next model on the same file starts
+// with the pool filled from it and gives logits within the golden bounds of the cold start; a
+// profile of another model's shape is refused.
+TEST(GpuModel, RoutingProfileStartsThePoolWarm) {
+  REQUIRE_GPU();
+  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  moe::cpu::ThreadPool pool(2);
+  const fs::path prof = fs::temp_directory_path() / ("moe_gpu_profile_" + std::to_string(getpid()));
+  fs::remove(prof);
+  GpuOptions opt = options(kPlacements[2]);  // -ncmoe 2 with a 1 MiB pool
+  opt.moe_profile = prof.string();
+  const std::vector<int32_t> prompt = {785, 272, 391, 275, 278, 315, 434, 81};
+  GenerateOptions gen;
+  gen.n_steps = 8;
+  gen.keep_logits = true;
+  std::vector<float> cold_logits;
+  {
+    Qwen3MoeGpu cold(file, pool, nullptr, opt);
+    EXPECT_NE(cold.describe().find("(new)"), std::string::npos) << cold.describe();
+    KvCache c = cold.make_cache(64, KvType::F16, KvType::F16);
+    cold_logits = generate(cold, c, prompt, gen).logits;
+  }
+  const auto saved = moe::model::RoutingProfile::load(prof.string());
+  ASSERT_TRUE(saved.has_value());
+  uint64_t routed = 0;
+  for (const uint64_t c : saved->counts) routed += c;
+  // The first two layers' experts are CPU-homed and routed on the host: at least the prompt's
+  // 8 tokens x k experts each.
+  const auto k = static_cast<uint64_t>(ModelConfig::from_gguf(file).n_expert_used);
+  EXPECT_GE(routed, 2 * 8 * k);
+  Qwen3MoeGpu warm(file, pool, nullptr, opt);
+  EXPECT_NE(warm.describe().find("loaded ("), std::string::npos) << warm.describe();
+  EXPECT_EQ(warm.describe().find("loaded (0 experts"), std::string::npos) << warm.describe();
+  KvCache w = warm.make_cache(64, KvType::F16, KvType::F16);
+  const std::vector<float> warm_logits = generate(warm, w, prompt, gen).logits;
+  ASSERT_EQ(warm_logits.size(), cold_logits.size());
+  Diff d;
+  d.add(warm_logits.data(), cold_logits.data(), static_cast<int64_t>(cold_logits.size()));
+  EXPECT_LE(d.max, 0.6);
+  EXPECT_LE(d.rms(), 0.1);
+
+  moe::model::RoutingProfile other{"qwen3moe", 99, 4, std::vector<uint64_t>(99 * 4, 1)};
+  other.save(prof.string());
+  moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, opt); }, "recorded for a");
+  GpuOptions unwritable = opt;
+  unwritable.moe_profile = "/nonexistent-dir/profile.json";
+  moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, unwritable); },
+                          "routing profile /nonexistent-dir/profile.json");
+  fs::remove(prof);
 }
 
 TEST(GpuModel, ClearErrors) {

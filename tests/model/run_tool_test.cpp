@@ -195,6 +195,9 @@ TEST(RunTool, UsageAndValueErrors) {
   p = run(moe_run() + " -p hi -n 1 --vram-budget-mib 6144", true);
   EXPECT_EQ(p.rc, 1) << p.out;
   EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
+  p = run(moe_run() + " -p hi -n 1 --moe-profile /tmp/unused-profile.json", true);
+  EXPECT_EQ(p.rc, 1) << p.out;
+  EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
   p = run(moe_run() + " -p hi -n 1 --moe-stream-share auto", true);
   EXPECT_EQ(p.rc, 1) << p.out;
   EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
