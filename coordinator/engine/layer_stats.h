@@ -1,7 +1,8 @@
-// Per-MoE-layer accounting of the routed experts: how many calls, tokens and (token, expert)
-// items each layer sent to its experts and how long they took. The GPU worker will add resident
-// hits and misses; until then every routed item is computed on the CPU (a miss).
-// InstrumentedExperts wraps any ExpertExecutor to fill it; readers take a snapshot.
+// Per-MoE-layer accounting of the routed experts: how many batches, tokens and (token, expert)
+// items each layer routed, how many of the items the GPU computed (hits: VRAM copies and experts
+// copied over PCIe) and the CPU (misses), and how long the CPU's part took. InstrumentedExperts
+// wraps the CPU's ExpertExecutor to fill it (a GPU forward reports its part via note_split);
+// readers take a snapshot. Without a GPU every item is a miss.
 #pragma once
 
 #include <atomic>
@@ -22,12 +23,15 @@ struct LayerCounters {
 class LayerStats {
  public:
   explicit LayerStats(int64_t n_layer);
+  // The CPU computed `routed` items of a batch of `tokens` tokens in `ns`.
   void record(int64_t layer, int64_t tokens, int64_t routed, uint64_t ns);
+  // The GPU computed `gpu_items` items of a batch; `cpu_ran`: the CPU's record() counts the batch.
+  void record_gpu(int64_t layer, int64_t tokens, int64_t gpu_items, bool cpu_ran);
   std::vector<LayerCounters> snapshot() const;
 
  private:
   struct Slot {
-    std::atomic<uint64_t> calls{0}, tokens{0}, routed{0}, ns{0};
+    std::atomic<uint64_t> calls{0}, tokens{0}, routed{0}, ns{0}, gpu{0};
   };
   std::unique_ptr<Slot[]> slots_;
   int64_t n_layer_;
@@ -39,6 +43,7 @@ class InstrumentedExperts final : public model::ExpertExecutor {
       : inner_(std::move(inner)), stats_(stats) {}
   void run(int64_t layer, const float* x, int64_t n_tokens,
            std::span<const model::ExpertItem> items, float* out) override;
+  void note_split(int64_t layer, int64_t n_tokens, int64_t gpu_items, int64_t cpu_items) override;
 
  private:
   std::unique_ptr<model::ExpertExecutor> inner_;

@@ -198,6 +198,7 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
                       dr_.weights, stream);
     run_on_device(l, n, xn, out, stream);
     stats_.resident += static_cast<uint64_t>(n * cfg_.n_expert_used);
+    cpu_experts_->note_split(l, n, n * cfg_.n_expert_used, 0);
     return;
   }
   const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used;
@@ -347,6 +348,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     }
   }
 
+  cpu_experts_->note_split(l, n, total, static_cast<int64_t>(cpu_items_.size()));
   // The CPU's share starts now: on the runner thread it computes while this thread enqueues the
   // GPU's share (and the caller the next layer's attention).
   if (!cpu_items_.empty()) {

@@ -22,6 +22,12 @@ class ExpertExecutor {
   // x and out are [n_tokens, n_embd]; rows of tokens without items are zero.
   virtual void run(int64_t layer, const float* x, int64_t n_tokens,
                    std::span<const ExpertItem> items, float* out) = 0;
+  // Accounting only, from a GPU forward: of a batch of n_tokens tokens of `layer`, gpu_items
+  // items were computed on the GPU and cpu_items go to run() (none when 0). Called before run(),
+  // possibly while a previous run() is still going on another thread. Default: ignored.
+  virtual void note_split(int64_t layer, int64_t n_tokens, int64_t gpu_items, int64_t cpu_items) {
+    (void)layer, (void)n_tokens, (void)gpu_items, (void)cpu_items;
+  }
 };
 
 }  // namespace moe::model
