@@ -8,7 +8,10 @@ namespace moe::gpu {
 CpuShareRunner::CpuShareRunner(model::ExpertExecutor& executor, bool async, int spin,
                                StreamFlag::Waiter waiter)
     : executor_(executor), spin_(spin), flag_(waiter) {
-  if (async && flag_.supported()) thread_ = std::thread([this] { runner_main(); });
+  // A host-only flag runs the thread too (no stream can wait, but the host side is the same).
+  if (async && (flag_.supported() || waiter == StreamFlag::Waiter::HostOnly)) {
+    thread_ = std::thread([this] { runner_main(); });
+  }
 }
 
 CpuShareRunner::~CpuShareRunner() {

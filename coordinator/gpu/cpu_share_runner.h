@@ -30,6 +30,8 @@ class CpuShareRunner {
   CpuShareRunner& operator=(const CpuShareRunner&) = delete;
 
   bool async() const { return thread_.joinable(); }
+  // The flag's value: the last job that ended (for tests).
+  uint32_t flag_value() const { return flag_.get(); }
   // Why the share runs on the calling thread although asynchronous hand-off was asked for.
   const std::string& refusal() const { return flag_.refusal(); }
 

@@ -33,6 +33,11 @@ std::string driver_error(const char* what, CUresult rc) {
 }  // namespace
 
 StreamFlag::StreamFlag(Waiter waiter) : waiter_(waiter) {
+  if (waiter == Waiter::HostOnly) {
+    host_ = new uint32_t(0);
+    refusal_ = "a host-only flag";
+    return;
+  }
   void* p = nullptr;
   MOE_CUDA_CHECK(cudaHostAlloc(&p, sizeof(uint32_t), cudaHostAllocMapped));
   host_ = static_cast<uint32_t*>(p);
@@ -61,10 +66,15 @@ StreamFlag::StreamFlag(Waiter waiter) : waiter_(waiter) {
 }
 
 StreamFlag::~StreamFlag() {
-  if (host_) (void)cudaFreeHost(host_);
+  if (waiter_ == Waiter::HostOnly) {
+    delete host_;
+  } else if (host_) {
+    (void)cudaFreeHost(host_);
+  }
 }
 
 void StreamFlag::wait(cudaStream_t stream, uint32_t value) const {
+  if (waiter_ == Waiter::HostOnly) throw Error("StreamFlag::wait: " + refusal_);
   if (waiter_ == Waiter::Kernel) {
     cuda::wait_host_flag(reinterpret_cast<const uint32_t*>(dev_), value, stream);
     return;

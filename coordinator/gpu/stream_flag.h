@@ -16,7 +16,9 @@ namespace moe::gpu {
 class StreamFlag {
  public:
   // How a stream waits: a stream memory operation, or a one-thread kernel polling the counter.
-  enum class Waiter { MemOp, Kernel };
+  // HostOnly: plain host memory and no CUDA call at all; no stream can wait on it (the host side
+  // of a hand-off, tested on machines without a GPU).
+  enum class Waiter { MemOp, Kernel, HostOnly };
 
   // Allocates the counter (0). With MemOp, checks that the device honours a wait on it; when it
   // does not (old driver, no stream memory operations), supported() is false and refusal() says
@@ -26,7 +28,9 @@ class StreamFlag {
   StreamFlag(const StreamFlag&) = delete;
   StreamFlag& operator=(const StreamFlag&) = delete;
 
-  bool supported() const { return waiter_ == Waiter::Kernel || wait_fn_ != nullptr; }
+  bool supported() const {
+    return waiter_ == Waiter::Kernel || (waiter_ == Waiter::MemOp && wait_fn_ != nullptr);
+  }
   const std::string& refusal() const { return refusal_; }
 
   // Enqueues on `stream`: continue once the counter has reached `value` (cyclic comparison, so

@@ -1,7 +1,9 @@
 // The hand-off between the CPU's expert share and the GPU stream: a stream waiting on a
 // StreamFlag passes only once the host sets it; a stream waiting on a CpuShareRunner's job passes
 // only after the job wrote its result; a failing job releases the stream and its error surfaces at
-// join(); the synchronous mode computes at enqueue_wait(). Skips, saying why, without a device.
+// join(); the synchronous mode computes at enqueue_wait(). Those skip, saying why, without a
+// device. The runner's host side (its thread, job order, errors, shutdown) also runs with a
+// host-only flag, without a device: those tests run everywhere, CI's sanitizer build included.
 #include "coordinator/gpu/cpu_share_runner.h"
 
 #include <cuda_runtime.h>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "coordinator/gpu/cuda_handles.h"
 #include "coordinator/gpu/stream_flag.h"
 #include "kernels/cuda/cuda_check.h"
@@ -159,6 +162,82 @@ TEST(CpuShareRunner, DestroyedWithAJobInFlight) {
     CpuShareRunner runner(ex, /*async=*/true, 1000);
     runner.start(0, x.data(), 1, items, out.data());
   }  // joins the job, then stops the thread
+  EXPECT_EQ(ex.calls.load(), 1);
+}
+
+constexpr auto kHostOnly = StreamFlag::Waiter::HostOnly;
+
+TEST(CpuShareRunnerHost, JobsRunInOrderAndTheFlagFollows) {
+  SlowExecutor ex;
+  ex.sleep_ms = 0;
+  CpuShareRunner runner(ex, /*async=*/true, 100, kHostOnly);
+  ASSERT_TRUE(runner.async());
+  std::vector<float> x = {1, 2, 3, 4}, out(4, 0.f);
+  const std::vector<ExpertItem> items = {{0, 1, 1.f}};
+  for (uint32_t job = 1; job <= 2000; ++job) {
+    runner.start(static_cast<int64_t>(job % 5), x.data(), 1, items, out.data());
+    if (job % 3 != 0) runner.join();  // otherwise the next start() joins it
+    if (job % 3 != 0) {
+      EXPECT_EQ(runner.flag_value(), job);
+      EXPECT_EQ(out[3], 4.f * static_cast<float>(1 + job % 5)) << job;
+    }
+  }
+  runner.join();
+  EXPECT_EQ(ex.calls.load(), 2000);
+  EXPECT_EQ(runner.flag_value(), 2000u);
+  EXPECT_EQ(runner.last_items(), 1);
+  EXPECT_EQ(runner.last_tokens(), 1);
+  EXPECT_GE(runner.last_us(), 0.0);
+}
+
+TEST(CpuShareRunnerHost, FailedJobRethrowsOnceAndTheRunnerGoesOn) {
+  SlowExecutor ex;
+  ex.sleep_ms = 1;
+  ex.fail = true;
+  CpuShareRunner runner(ex, /*async=*/true, 100, kHostOnly);
+  std::vector<float> x(4, 1.f), out(4, 0.f);
+  const std::vector<ExpertItem> items = {{0, 1, 1.f}};
+  runner.start(0, x.data(), 1, items, out.data());
+  EXPECT_THROW(runner.join(), std::runtime_error);
+  EXPECT_EQ(runner.flag_value(), 1u);  // released although the job failed
+  EXPECT_NO_THROW(runner.join());
+  // A failed job's error also surfaces from the next start(), which joins it first.
+  runner.start(0, x.data(), 1, items, out.data());
+  EXPECT_THROW(runner.start(0, x.data(), 1, items, out.data()), std::runtime_error);
+  ex.fail = false;
+  runner.join();  // start() threw before beginning a job: nothing to join
+  runner.start(2, x.data(), 1, items, out.data());
+  runner.join();
+  EXPECT_EQ(out[0], 3.f);
+}
+
+TEST(CpuShareRunnerHost, HostOnlyFlagRefusesAStreamWait) {
+  SlowExecutor ex;
+  ex.sleep_ms = 0;
+  CpuShareRunner runner(ex, /*async=*/true, 100, kHostOnly);
+  std::vector<float> x(4, 1.f), out(4, 0.f);
+  const std::vector<ExpertItem> items = {{0, 1, 1.f}};
+  runner.start(0, x.data(), 1, items, out.data());
+  EXPECT_THROW(runner.enqueue_wait(nullptr), moe::Error);
+  runner.join();
+  EXPECT_EQ(ex.calls.load(), 1);
+}
+
+TEST(CpuShareRunnerHost, DestroyedWithAJobInFlight) {
+  SlowExecutor ex;
+  ex.sleep_ms = 20;
+  std::vector<float> x(4, 1.f), out(4, 0.f);
+  const std::vector<ExpertItem> items = {{0, 1, 1.f}};
+  {
+    CpuShareRunner runner(ex, /*async=*/true, 100, kHostOnly);
+    runner.start(0, x.data(), 1, items, out.data());
+  }  // joins the job, then stops the thread
+  EXPECT_EQ(ex.calls.load(), 1);
+  {
+    ex.fail = true;
+    CpuShareRunner runner(ex, /*async=*/true, 100, kHostOnly);
+    runner.start(0, x.data(), 1, items, out.data());
+  }  // a failed job in flight: its error dies with the runner, no crash
   EXPECT_EQ(ex.calls.load(), 1);
 }
 
