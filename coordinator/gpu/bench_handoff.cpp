@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -33,6 +34,11 @@ class EmptyJob : public moe::model::ExpertExecutor {
            float*) override {}
 };
 
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 template <typename Round>
 double median_us(int rounds, Round&& round) {
   std::vector<double> us;
@@ -41,8 +47,7 @@ double median_us(int rounds, Round&& round) {
     round(static_cast<uint32_t>(i + 1));
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  return median(std::move(us));
 }
 
 void spin_until(const moe::gpu::StreamFlag& f, uint32_t v) {
@@ -67,8 +72,7 @@ double release_latency_us(moe::gpu::StreamFlag& go, moe::gpu::StreamFlag& back, 
     spin_until(back, i);
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  return median(std::move(us));
 }
 
 int bench() {

@@ -291,11 +291,7 @@ void Qwen35MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, mode
     io_->logits(x, mode == model::LogitsMode::All ? 0 : n - 1, n, xn, logits, stream_);
     MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   } catch (...) {
-    try {
-      experts_->finish();  // a CPU share still running reads the staging buffers too
-    } catch (...) {
-      // The first error is the one reported.
-    }
+    experts_->abandon();  // a CPU share still running reads the staging buffers too
     // Nothing enqueued may still read the staging buffers when the next call refills them; the
     // cache is not advanced and the recurrent state not committed, so the sequence is unchanged.
     (void)cudaStreamSynchronize(stream_);

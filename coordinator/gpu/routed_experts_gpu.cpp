@@ -73,8 +73,8 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
     }
   }
   // Streaming: decode misses (--moe-stream-share) and prefill batches, from the loaded model.
-  const bool streaming = (opt.moe_stream_share != 0 || f.loaded()) &&
-                         std::find(gpu_home.begin(), gpu_home.end(), false) != gpu_home.end();
+  const bool cpu_homed = std::find(gpu_home.begin(), gpu_home.end(), false) != gpu_home.end();
+  const bool streaming = (opt.moe_stream_share != 0 || f.loaded()) && cpu_homed;
   uint64_t staging_bytes = 0;
   if (streaming) {
     if (opt.moe_staging_slots < 2 || opt.moe_staging_slots % 2 != 0) {
@@ -123,9 +123,8 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
     for (auto& e : slots_free_) e = std::make_unique<CudaEvent>();
   }
   cpu_experts_ = cpu_experts ? std::move(cpu_experts) : model::cpu_experts_for(f, pool);
-  cpu_homed_ = std::find(gpu_home.begin(), gpu_home.end(), false) != gpu_home.end();
-  runner_ = std::make_unique<CpuShareRunner>(*cpu_experts_, cpu_homed_ && !opt.moe_cpu_sync,
-                                             kGpuPoolSpin);
+  runner_ =
+      std::make_unique<CpuShareRunner>(*cpu_experts_, cpu_homed && !opt.moe_cpu_sync, kGpuPoolSpin);
 
   // Device routing buffers and the constant index lists of the one-group-per-item layout.
   const int64_t items = kDeviceRoutingMaxTokens * cfg.n_expert_used;
@@ -260,7 +259,7 @@ std::string RoutedExpertsGpu::summary() const {
                                    " experts copied into the pool at start)"
                              : " (new)");
   }
-  if (cpu_homed_) {
+  if (residency_->has_cpu_experts()) {
     s += runner_->async()
              ? "; the CPU's share runs on a runner thread the GPU waits on"
              : "; the CPU's share runs on the GPU's host thread" +
@@ -488,6 +487,14 @@ std::string RoutedExpertsGpu::stats() const {
 
 void RoutedExpertsGpu::finish() { runner_->join(); }
 
+void RoutedExpertsGpu::abandon() noexcept {
+  try {
+    runner_->join();
+  } catch (...) {
+    // The forward is failing already; its first error is the one reported.
+  }
+}
+
 void RoutedExpertsGpu::measure_split() {
   // Called after run() joined the runner and synchronised the stream: the last decode layer's
   // CPU job and its copies (events around them on the stream) are done.
@@ -585,12 +592,7 @@ void RoutedExpertsGpu::after_forward() {
   if (residency_->routed() < refill_at_) return;
   if (residency_->pool_slots() > 0) residency_->refill();
   refill_at_ = std::max<uint64_t>(refill_at_ * 8, residency_->routed() + 1);
-  try {
-    save_profile();
-  } catch (const std::exception& e) {
-    // The forward succeeded; a profile that cannot be saved (disk full) must not fail it.
-    std::fprintf(stderr, "moe: %s\n", e.what());
-  }
+  save_profile_or_warn();  // the forward succeeded: a full disk must not fail it
 }
 
 void RoutedExpertsGpu::save_profile() const {
@@ -599,12 +601,14 @@ void RoutedExpertsGpu::save_profile() const {
   p.save(profile_path_);
 }
 
-RoutedExpertsGpu::~RoutedExpertsGpu() {
+void RoutedExpertsGpu::save_profile_or_warn() const noexcept {
   try {
     save_profile();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe: %s\n", e.what());
   }
 }
+
+RoutedExpertsGpu::~RoutedExpertsGpu() { save_profile_or_warn(); }
 
 }  // namespace moe::gpu

@@ -53,6 +53,8 @@ class RoutedExpertsGpu {
   // Waits for the last layer's CPU share and rethrows its error: call at the end of a forward,
   // and before the stream is synchronised after an error.
   void finish();
+  // On a forward's error path: waits for the CPU share like finish(), dropping its error.
+  void abandon() noexcept;
 
   // Call before enqueuing a layer's attention: for a batch that streams its CPU-homed experts
   // (prefill with the model page-locked), starts copying them now so the copies overlap it.
@@ -77,6 +79,7 @@ class RoutedExpertsGpu {
   // Feeds the profiler the last decode layer's CPU job time and copy time.
   void measure_split();
   void save_profile() const;
+  void save_profile_or_warn() const noexcept;  // reports a failure on stderr
   // Decode: picks the share of this layer's distinct misses that streams over PCIe into staging
   // slots (staged_); copy_staged() enqueues their copies.
   void choose_staged(int64_t layer, int64_t n);
@@ -154,7 +157,6 @@ class RoutedExpertsGpu {
   } stats_;
   std::string profile_path_;   // --moe-profile
   int64_t profile_warm_ = -1;  // experts copied at start from a loaded profile (-1: none loaded)
-  bool cpu_homed_ = false;     // some layer's experts live on the CPU
   uint64_t refill_at_ = 1;     // routed-item counts at which the pool is refilled
   // Last: it runs jobs that read the buffers above, and stops first.
   std::unique_ptr<CpuShareRunner> runner_;

@@ -189,18 +189,12 @@ TEST(RunTool, UsageAndValueErrors) {
   p = run(moe_run(), true);
   EXPECT_EQ(p.rc, 2) << p.out;
   // GPU placement flags without -ngl would silently do nothing: refused with the reason.
-  p = run(moe_run() + " -p hi -n 1 -cmoe", true);
-  EXPECT_EQ(p.rc, 1) << p.out;
-  EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
-  p = run(moe_run() + " -p hi -n 1 --vram-budget-mib 6144", true);
-  EXPECT_EQ(p.rc, 1) << p.out;
-  EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
-  p = run(moe_run() + " -p hi -n 1 --moe-profile /tmp/unused-profile.json", true);
-  EXPECT_EQ(p.rc, 1) << p.out;
-  EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
-  p = run(moe_run() + " -p hi -n 1 --moe-stream-share auto", true);
-  EXPECT_EQ(p.rc, 1) << p.out;
-  EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << p.out;
+  for (const char* flag : {"-cmoe", "--vram-budget-mib 6144",
+                           "--moe-profile /tmp/unused-profile.json", "--moe-stream-share auto"}) {
+    p = run(moe_run() + " -p hi -n 1 " + flag, true);
+    EXPECT_EQ(p.rc, 1) << flag << ": " << p.out;
+    EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << flag << ": " << p.out;
+  }
   // --moe-stream-share takes auto or a number in [0, 1]; the profiler old or new.
   for (const char* bad : {"1.5", "-0.1", "0.3x", "half"}) {
     p = run(moe_run() + " -p hi -n 1 --moe-stream-share " + bad, true);
