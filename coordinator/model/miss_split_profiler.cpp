@@ -54,6 +54,14 @@ void MissSplitProfiler::record_pcie(int64_t experts, double us) {
   }
 }
 
+void MissSplitProfiler::seed(double cpu_us, double pcie_us) {
+  const auto ok = [](double v) { return std::isfinite(v) && v > 0; };
+  if (!ok(cpu_us) || !ok(pcie_us)) return;
+  cpu_us_ = cpu_us;
+  pcie_us_ = pcie_us;
+  cpu_seen_ = pcie_seen_ = kWarmup;  // the measured start replaces the warm-up
+}
+
 std::string MissSplitProfiler::summary() const {
   const char* mode = mode_ == Mode::Old ? "old" : "new";
   char b[160];

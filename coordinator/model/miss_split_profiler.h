@@ -37,6 +37,9 @@ class MissSplitProfiler {
   // Non-positive counts and negative or non-finite times are ignored.
   void record_cpu(int64_t items, double us);
   void record_pcie(int64_t experts, double us);
+  // Starts from rates measured before the first visit (the machine's calibration) instead of
+  // m / 2 and a warm-up: later samples refine them. Non-positive or non-finite rates are ignored.
+  void seed(double cpu_us_per_expert, double pcie_us_per_expert);
 
   bool calibrated() const { return cpu_us_ > 0 && pcie_us_ > 0; }
   double cpu_us_per_expert() const { return cpu_us_; }

@@ -130,4 +130,21 @@ TEST(MissSplitProfiler, IgnoresBadSamplesAndRejectsBadLimits) {
   EXPECT_THROW(MissSplitProfiler(MissSplitProfiler::Mode::Old, 0), moe::Error);
 }
 
+TEST(MissSplitProfiler, SeededRatesDecideTheFirstVisitAndAreRefined) {
+  MissSplitProfiler p(MissSplitProfiler::Mode::New, 64);
+  p.seed(-1, 30);  // a bad rate: nothing seeded
+  EXPECT_FALSE(p.calibrated());
+  p.seed(30, 90);  // CPU 3x faster per expert: a quarter of the misses cross PCIe
+  ASSERT_TRUE(p.calibrated());
+  EXPECT_EQ(p.choose(8), 2);
+  // No warm-up after a seed: the very next samples move the averages.
+  for (int i = 0; i < 64; ++i) {
+    p.record_cpu(4, 4 * 90.0);
+    p.record_pcie(2, 2 * 30.0);
+  }
+  EXPECT_NEAR(p.cpu_us_per_expert(), 90, 5);
+  EXPECT_NEAR(p.pcie_us_per_expert(), 30, 5);
+  EXPECT_EQ(p.choose(8), 6);
+}
+
 }  // namespace
