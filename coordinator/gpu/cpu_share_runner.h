@@ -44,6 +44,8 @@ class CpuShareRunner {
   void enqueue_wait(cudaStream_t stream);
   // Waits for the started job, if any, and rethrows its error.
   void join();
+  // A job was started and not joined yet.
+  bool pending() const { return pending_; }
   // The last job that ended: its token and item counts and how long the executor took (µs).
   int64_t last_tokens() const { return n_; }
   int64_t last_items() const { return static_cast<int64_t>(items_.size()); }

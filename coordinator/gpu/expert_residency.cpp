@@ -13,7 +13,23 @@ namespace {
 // Sub-matrices start on 256-byte boundaries so device loads of any width stay aligned.
 size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }
 
+std::vector<bool> cpu_layers(const std::vector<bool>& gpu_home) {
+  std::vector<bool> cpu(gpu_home.size());
+  for (size_t l = 0; l < gpu_home.size(); ++l) cpu[l] = !gpu_home[l];
+  return cpu;
+}
+
 }  // namespace
+
+int64_t ExpertResidency::pool_slots_for(const std::vector<model::ExpertLayerTensors>& layers,
+                                        const std::vector<bool>& gpu_home, int64_t n_expert,
+                                        uint64_t pool_bytes) {
+  const uint64_t slot = slot_bytes_for(layers, gpu_home);
+  if (slot == 0 || pool_bytes < slot) return 0;
+  const auto n_cpu = std::count(gpu_home.begin(), gpu_home.end(), false);
+  // No point in more slots than there are CPU-homed experts.
+  return std::min<int64_t>(static_cast<int64_t>(pool_bytes / slot), n_cpu * n_expert);
+}
 
 uint64_t ExpertResidency::slot_bytes_for(const std::vector<model::ExpertLayerTensors>& layers,
                                          const std::vector<bool>& gpu_home) {
@@ -31,8 +47,12 @@ uint64_t ExpertResidency::slot_bytes_for(const std::vector<model::ExpertLayerTen
 ExpertResidency::ExpertResidency(VramBudget& budget,
                                  const std::vector<model::ExpertLayerTensors>& layers,
                                  const std::vector<bool>& gpu_home, int64_t n_expert,
-                                 uint64_t pool_bytes)
-    : layers_(layers), gpu_home_(gpu_home), n_expert_(n_expert) {
+                                 uint64_t pool_bytes, model::Grouping grouping)
+    : layers_(layers),
+      gpu_home_(gpu_home),
+      n_expert_(n_expert),
+      policy_(cpu_layers(gpu_home), n_expert,
+              pool_slots_for(layers, gpu_home, n_expert, pool_bytes), grouping, kHalfLifeTokens) {
   const auto n_layer = static_cast<int64_t>(layers.size());
   if (gpu_home_.size() != layers.size()) throw Error("expert residency: layer count mismatch");
   table_.assign(static_cast<size_t>(n_layer * n_expert), ResidentExpert{});
@@ -82,10 +102,8 @@ ExpertResidency::ExpertResidency(VramBudget& budget,
                               cudaMemcpyHostToDevice));
   }
 
-  if (n_cpu_layers_ > 0 && pool_bytes >= slot_bytes_ && slot_bytes_ > 0) {
-    // No point in more slots than there are CPU-homed experts.
-    n_slots_ =
-        std::min<int64_t>(static_cast<int64_t>(pool_bytes / slot_bytes_), n_cpu_layers_ * n_expert);
+  n_slots_ = policy_.n_slots();
+  if (n_slots_ > 0) {
     pool_ = budget.allocate(static_cast<size_t>(n_slots_) * slot_bytes_, VramUse::Pool,
                             "resident expert pool (" + std::to_string(n_slots_) + " slots)");
     slot_owner_.assign(static_cast<size_t>(n_slots_), -1);
@@ -114,17 +132,36 @@ int64_t ExpertResidency::pool_filled() const {
   return std::count_if(slot_owner_.begin(), slot_owner_.end(), [](int64_t o) { return o >= 0; });
 }
 
+void ExpertResidency::assign(int64_t slot, int64_t key) {
+  int64_t& owner = slot_owner_[static_cast<size_t>(slot)];
+  // A re-plan may move a key to another slot before its old slot is reassigned: the old owner's
+  // entry is cleared only while it still points here.
+  if (owner >= 0 && table_[static_cast<size_t>(owner)].gate == slot_base(slot)) {
+    table_[static_cast<size_t>(owner)] = ResidentExpert{};
+  }
+  owner = key;
+  if (key >= 0) table_[static_cast<size_t>(key)] = slot_view(key / n_expert_, slot_base(slot));
+}
+
+unsigned char* ExpertResidency::admit(int64_t layer, int64_t expert) {
+  if (n_slots_ == 0) return nullptr;
+  const int64_t key = layer * n_expert_ + expert;
+  const int64_t slot = policy_.admit(layer, expert);
+  if (slot < 0 || slot_owner_[static_cast<size_t>(slot)] == key) return nullptr;
+  assign(slot, key);
+  return slot_base(slot);
+}
+
 void ExpertResidency::upload(int64_t layer, int64_t expert, int64_t slot) {
   const model::ExpertLayerTensors& t = layers_[static_cast<size_t>(layer)];
   const SlotLayout& lay = layout_[static_cast<size_t>(layer)];
-  unsigned char* base = pool_.as<unsigned char>() + static_cast<size_t>(slot) * slot_bytes_;
+  unsigned char* base = slot_base(slot);
   MOE_CUDA_CHECK(
       cudaMemcpy(base, t.gate.data(expert), t.gate.expert_bytes(), cudaMemcpyHostToDevice));
   MOE_CUDA_CHECK(
       cudaMemcpy(base + lay.up, t.up.data(expert), t.up.expert_bytes(), cudaMemcpyHostToDevice));
   MOE_CUDA_CHECK(cudaMemcpy(base + lay.down, t.down.data(expert), t.down.expert_bytes(),
                             cudaMemcpyHostToDevice));
-  table_[static_cast<size_t>(layer * n_expert_ + expert)] = {base, base + lay.up, base + lay.down};
 }
 
 void ExpertResidency::set_counts(const std::vector<uint64_t>& counts) {
@@ -134,40 +171,18 @@ void ExpertResidency::set_counts(const std::vector<uint64_t>& counts) {
   }
   counts_ = counts;
   routed_ = std::accumulate(counts_.begin(), counts_.end(), uint64_t{0});
+  policy_.set_scores(counts);
 }
 
 int64_t ExpertResidency::refill() {
   if (n_slots_ == 0) return 0;
-  // Rank the CPU-homed experts by routing count.
-  std::vector<int64_t> cand;
-  for (int64_t i = 0; i < static_cast<int64_t>(table_.size()); ++i) {
-    if (!gpu_home_[static_cast<size_t>(i / n_expert_)]) cand.push_back(i);
-  }
-  const auto keep = static_cast<size_t>(std::min<int64_t>(n_slots_, std::ssize(cand)));
-  std::stable_sort(cand.begin(), cand.end(), [&](int64_t a, int64_t b) {
-    return counts_[static_cast<size_t>(a)] > counts_[static_cast<size_t>(b)];
-  });
-  std::vector<char> wanted(table_.size(), 0);
-  for (size_t i = 0; i < keep; ++i) wanted[static_cast<size_t>(cand[i])] = 1;
-  // Free the slots whose owner is no longer wanted, then place the newcomers.
-  std::vector<int64_t> free_slots;
-  for (int64_t s = 0; s < n_slots_; ++s) {
-    const int64_t o = slot_owner_[static_cast<size_t>(s)];
-    if (o >= 0 && wanted[static_cast<size_t>(o)]) {
-      wanted[static_cast<size_t>(o)] = 0;  // already resident
-      continue;
-    }
-    if (o >= 0) table_[static_cast<size_t>(o)] = ResidentExpert{};
-    slot_owner_[static_cast<size_t>(s)] = -1;
-    free_slots.push_back(s);
-  }
   int64_t copied = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    const int64_t id = cand[i];
-    if (!wanted[static_cast<size_t>(id)]) continue;
-    const int64_t s = free_slots[static_cast<size_t>(copied)];
-    upload(id / n_expert_, id % n_expert_, s);
-    slot_owner_[static_cast<size_t>(s)] = id;
+  for (const model::ResidencyPolicy::Assignment& a : policy_.plan()) {
+    // The slot's old owner is computed on the CPU from now on; the newcomer from this copy.
+    assign(a.slot, -1);
+    if (a.key < 0) continue;
+    upload(a.key / n_expert_, a.key % n_expert_, a.slot);
+    assign(a.slot, a.key);
     ++copied;
   }
   return copied;
@@ -181,7 +196,10 @@ std::string ExpertResidency::summary() const {
     s += ", " + std::to_string(n_cpu_layers_) + " on the CPU";
     s += n_slots_ > 0
              ? " with a pool of " + std::to_string(n_slots_) + " expert slots (" +
-                   std::to_string(mib(slot_bytes_ * static_cast<uint64_t>(n_slots_))) + " MiB)"
+                   std::to_string(mib(slot_bytes_ * static_cast<uint64_t>(n_slots_))) + " MiB, " +
+                   (policy_.grouping() == model::Grouping::Layout ? "per-layer ranges"
+                                                                  : "one pool across layers") +
+                   ")"
              : " (no VRAM pool)";
   }
   return s;

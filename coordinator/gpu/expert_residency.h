@@ -1,7 +1,9 @@
 // Which routed experts have a copy in VRAM: whole layers homed on the GPU (-ngl without
-// -cmoe/-ncmoe), plus a pool of whole-expert slots (gate+up+down) holding the most-routed experts
-// of the CPU-homed layers. The pool is filled from the routing profile seen so far; the dynamic
-// policy (eviction, admission over PCIe) belongs to the hybrid executor.
+// -cmoe/-ncmoe), plus a pool of whole-expert slots (gate+up+down) holding experts of the
+// CPU-homed layers. Which ones is model::ResidencyPolicy's choice (frequency with recency, one
+// pool or per-layer ranges): refill() re-plans the whole pool from the routing seen so far, and
+// admit() lets a decode miss that is copied over PCIe anyway stay in the pool when it is hotter
+// than the expert it displaces.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +14,7 @@
 
 #include "coordinator/gpu/vram_budget.h"
 #include "coordinator/model/cpu_expert_executor.h"
+#include "coordinator/model/residency_policy.h"
 
 namespace moe::gpu {
 
@@ -24,13 +27,22 @@ struct ResidentExpert {
 class ExpertResidency {
  public:
   // `layers`: every layer's expert tensors (mmapped); `gpu_home[l]`: layer l's experts all live
-  // in VRAM. `pool_bytes`: size of the slot pool for the other layers (0: none).
+  // in VRAM. `pool_bytes`: size of the slot pool for the other layers (0: none), its slots
+  // grouped as `grouping` says (--moe-resident-grouping).
   ExpertResidency(VramBudget& budget, const std::vector<model::ExpertLayerTensors>& layers,
-                  const std::vector<bool>& gpu_home, int64_t n_expert, uint64_t pool_bytes);
+                  const std::vector<bool>& gpu_home, int64_t n_expert, uint64_t pool_bytes,
+                  model::Grouping grouping = model::Grouping::Off);
+  // Routing scores halve every this many tokens: about a minute of decode, so the pool follows a
+  // change of topic within minutes while an expert routed throughout stays.
+  static constexpr double kHalfLifeTokens = 4096;
   // VRAM of one whole-expert slot (gate, up, down, each 256-byte aligned) for the largest
   // CPU-homed layer; 0 when every layer is GPU-homed.
   static uint64_t slot_bytes_for(const std::vector<model::ExpertLayerTensors>& layers,
                                  const std::vector<bool>& gpu_home);
+  // Slots of a pool of `pool_bytes`: at most one per CPU-homed expert.
+  static int64_t pool_slots_for(const std::vector<model::ExpertLayerTensors>& layers,
+                                const std::vector<bool>& gpu_home, int64_t n_expert,
+                                uint64_t pool_bytes);
 
   // The VRAM copy of (layer, expert), or nullptr when it is computed on the CPU.
   const ResidentExpert* find(int64_t layer, int64_t expert) const {
@@ -45,20 +57,34 @@ class ExpertResidency {
   }
   bool has_cpu_experts() const { return n_cpu_layers_ > 0; }
 
-  // Counts one routing of (layer, expert) toward the profile that fills the pool.
-  void record(int64_t layer, int64_t expert) {
+  // Counts one routing of (layer, expert) toward the profile that fills the pool, and `weight`
+  // toward its residency score.
+  void record(int64_t layer, int64_t expert, double weight) {
     ++counts_[static_cast<size_t>(layer * n_expert_ + expert)];
     ++routed_;
+    policy_.touch(layer, expert, weight);
   }
+  // A forward of n tokens starts: the clock the routing scores decay with.
+  void tick(int64_t n_tokens) { policy_.tick(n_tokens); }
   uint64_t routed() const { return routed_; }
   // The profile: routing counts per (layer, expert), layer-major. set_counts() replaces it (a
   // profile saved by an earlier run); the sizes must match.
   const std::vector<uint64_t>& counts() const { return counts_; }
   void set_counts(const std::vector<uint64_t>& counts);
-  // Makes the most-routed CPU-homed experts resident (ties: lower layer, then lower expert),
-  // copying only the ones that change. Returns how many were copied.
+  // Makes the highest-scored CPU-homed experts resident (ties: lower layer, then lower expert),
+  // copying only the ones that change (synchronously: call between forwards). Returns how many
+  // were copied.
   int64_t refill();
 
+  // Decode admission, for one layer visit: pin() every expert the visit routes to, then admit()
+  // each miss that will be copied over PCIe: the pool slot to copy it into (find() returns it
+  // from now on; the caller enqueues the copy with stage() before any kernel reads it), or
+  // nullptr when it stays out (no hotter-than-victim slot); then unpin_all().
+  unsigned char* admit(int64_t layer, int64_t expert);
+  void pin(int64_t layer, int64_t expert) { policy_.pin(layer, expert); }
+  void unpin_all() { policy_.unpin_all(); }
+  int64_t admissions() const { return policy_.admissions(); }
+  int64_t evictions() const { return policy_.evictions(); }
   // Where the matrices of a CPU-homed layer's expert are once copied into `dst` (slot_bytes() of
   // VRAM), and the copy itself, enqueued on `stream`: an expert streamed over PCIe for one
   // layer's compute.
@@ -76,6 +102,11 @@ class ExpertResidency {
     size_t up = 0, down = 0;  // offsets in the slot; gate at 0
   };
   void upload(int64_t layer, int64_t expert, int64_t slot);
+  unsigned char* slot_base(int64_t slot) const {
+    return pool_.as<unsigned char>() + static_cast<size_t>(slot) * slot_bytes_;
+  }
+  // Points (layer, expert) at slot s's copy, clearing the slot's previous owner (-1: empties it).
+  void assign(int64_t slot, int64_t key);
 
   const std::vector<model::ExpertLayerTensors>& layers_;
   std::vector<bool> gpu_home_;
@@ -89,8 +120,9 @@ class ExpertResidency {
   VramBuffer pool_;
   std::vector<int64_t> slot_owner_;  // layer * n_expert + expert, or -1
   std::vector<ResidentExpert> table_;
-  std::vector<uint64_t> counts_;
+  std::vector<uint64_t> counts_;  // the saved profile: plain counts, no decay
   uint64_t routed_ = 0;
+  model::ResidencyPolicy policy_;
 };
 
 }  // namespace moe::gpu

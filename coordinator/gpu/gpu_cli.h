@@ -57,6 +57,13 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
          "with --moe-stream-share auto: old (default) copies at least one decode miss per layer "
          "visit, new none when the measured rates say the CPU alone is faster")
       ->check(CLI::IsMember({"old", "new"}));
+  app.add_option_function<std::string>(
+         "--moe-resident-grouping",
+         [&o](const std::string& v) { o.moe_grouping_layout = v == "layout"; },
+         "off (default): one VRAM pool across all layers, a miss admitted over PCIe evicts the "
+         "coldest expert anywhere; layout: each layer owns a contiguous range of slots sized by "
+         "its share of the routing, and evicts only its own experts")
+      ->check(CLI::IsMember({"off", "layout"}));
   app.add_option("--moe-staging-slots", o.moe_staging_slots,
                  "VRAM slots (one expert each) that streamed experts are copied into; a prefill "
                  "batch computes them in double-buffered halves (default 64)")
@@ -69,6 +76,10 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
                  "routing profile file: loaded at start so the VRAM pool begins with the experts "
                  "earlier runs routed most (a missing file starts a new one), saved as it grows "
                  "and at exit");
+  app.add_flag("--recalibrate", o.recalibrate,
+               "measure PCIe bandwidth and the GPU's and CPU's time per expert again at start "
+               "(default: the cached figures for this machine and model, in "
+               "$MOE_CACHE_DIR or ~/.cache/moe-runtime/calibration.json, measured once)");
   app.add_flag("--no-mmap", o.no_mmap,
                "read the model into memory instead of mapping it; with -ngl and CPU-homed "
                "experts it is page-locked, and prefill batches of 32+ tokens then stream those "

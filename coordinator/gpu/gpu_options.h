@@ -33,6 +33,10 @@ struct GpuOptions {
   // --moe-resident-profiler, for --moe-stream-share auto: "old" copies at least one miss per
   // decode layer visit (the fork's default), "new" none when the rates say the CPU alone is faster.
   bool moe_profiler_new = false;
+  // --moe-resident-grouping layout: each CPU-homed layer owns a contiguous range of the pool's
+  // slots, sized by the layer's share of the routing, and its misses evict only its own experts;
+  // off (default): one pool across all layers, the coldest expert anywhere is evicted.
+  bool moe_grouping_layout = false;
   // VRAM slots experts streamed over PCIe are copied into (decode misses, prefill batches in
   // double-buffered halves); even, at least 2.
   int64_t moe_staging_slots = 64;
@@ -46,6 +50,9 @@ struct GpuOptions {
   // --moe-profile FILE: the routing profile is loaded from FILE at start (the pool then starts
   // with the experts routed most in earlier runs) and saved to it as it grows and at exit.
   std::string moe_profile;
+  // --recalibrate: measure the machine's rates (PCIe, GPU and CPU time per expert) at start even
+  // when the calibration cache holds them for this machine and model.
+  bool recalibrate = false;
   // Context per sequence the KV cache is sized for when the pool is sized automatically.
   int64_t n_ctx = 4096;
 };

@@ -39,6 +39,9 @@ class Qwen3MoeGpu final : public model::ModelArch {
   // Device, VRAM use by kind and where the experts live: printed at start.
   std::string describe() const;
   std::string runtime_stats() const override { return experts_->stats(); }
+  std::optional<model::ExpertRuntimeStats> expert_runtime() const override {
+    return experts_->runtime();
+  }
 
  private:
   struct Layer {

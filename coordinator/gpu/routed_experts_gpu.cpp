@@ -93,7 +93,9 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
         gpu_expert_bytes + other_bytes + staging_bytes + (uint64_t{kAutoPoolReserveMib} << 20);
     pool_bytes = budget.available() > need ? budget.available() - need : 0;
   }
-  residency_ = std::make_unique<ExpertResidency>(budget, tensors_, gpu_home, X, pool_bytes);
+  residency_ = std::make_unique<ExpertResidency>(
+      budget, tensors_, gpu_home, X, pool_bytes,
+      opt.moe_grouping_layout ? model::Grouping::Layout : model::Grouping::Off);
   profile_path_ = opt.moe_profile;
   if (!profile_path_.empty()) {
     if (const auto p = model::RoutingProfile::load(profile_path_)) {
@@ -122,6 +124,8 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
     for (auto& e : slots_ready_) e = std::make_unique<CudaEvent>();
     for (auto& e : slots_free_) e = std::make_unique<CudaEvent>();
   }
+  gpu_t0_ = std::make_unique<CudaEvent>(/*timing=*/true);
+  gpu_t1_ = std::make_unique<CudaEvent>(/*timing=*/true);
   cpu_experts_ = cpu_experts ? std::move(cpu_experts) : model::cpu_experts_for(f, pool);
   runner_ =
       std::make_unique<CpuShareRunner>(*cpu_experts_, cpu_homed && !opt.moe_cpu_sync, kGpuPoolSpin);
@@ -155,6 +159,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
   MOE_CUDA_CHECK(cudaMemcpy(dr_.x_rows, x_rows.data(), x_rows.size() * 4, cudaMemcpyHostToDevice));
   MOE_CUDA_CHECK(
       cudaMemcpy(dr_.tok_off, tok_off.data(), tok_off.size() * 4, cudaMemcpyHostToDevice));
+  if (cpu_homed) calibrate(f, pool, opt.recalibrate);
 }
 
 float* RoutedExpertsGpu::scratch(VramBuffer& b, size_t floats, const char* what) {
@@ -191,7 +196,8 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
                            int64_t pos0, const model::ForwardHooks* hooks, cudaStream_t stream) {
   if (n > reserved_) throw Error("RoutedExpertsGpu: batch larger than reserved");
   // The previous layer's CPU share: its buffers are reused below, and its error surfaces here.
-  runner_->join();
+  join_runner();
+  if (l == 0) residency_->tick(n);  // a forward's tokens: the clock routing scores decay with
   if (routes_on_device(l, n, hooks)) {
     cuda::router_topk(rlogits, n, cfg_.n_expert, cfg_.n_expert_used, dr_.probs, dr_.ids,
                       dr_.weights, stream);
@@ -210,6 +216,15 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
   }
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (profiler_) measure_split();
+  if (gpu_timed_) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, gpu_t0_->get(), gpu_t1_->get()) == cudaSuccess) {
+      gpu_busy_us_ += static_cast<double>(ms) * 1000.0;
+    } else {
+      (void)cudaGetLastError();  // an error path: not counted
+    }
+    gpu_timed_ = false;
+  }
   model::route_batch(hl, n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(), rids_.data(),
                      rweights_.data());
   run_split(l, n, xn, out, stream);
@@ -225,25 +240,30 @@ bool RoutedExpertsGpu::routes_on_device(int64_t l, int64_t n,
 
 void RoutedExpertsGpu::run_on_device(int64_t l, int64_t n, const float* xn, float* out,
                                      cudaStream_t stream) {
-  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.n_ff_exp;
+  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used;
   const int64_t items = n * K;
   cuda::gather_expert_pointers(dr_.ids, items, residency_->device_table(l), X, dr_.gate, dr_.up,
                                dr_.down, stream);
+  compute_items(l, items, xn, stream);
+  cuda::combine_rows(d_y_.as<float>(), dr_.tok_off, dr_.ident, dr_.weights, n, E,
+                     /*accumulate=*/true, out, stream);
+}
+
+void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn,
+                                     cudaStream_t stream) {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp;
   const model::ExpertLayerTensors& et = tensors_[static_cast<size_t>(l)];
   const auto ig = static_cast<int32_t>(items);
   float* dg = d_g_.as<float>();
   float* du = d_u_.as<float>();
   float* dh = d_h_.as<float>();
-  float* dy = d_y_.as<float>();
   cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.ident, ig, dr_.x_rows,
                        items, 1, xn, E, dg, stream);
   cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes, dr_.up, dr_.ident, ig, dr_.x_rows,
                        items, 1, xn, E, du, stream);
   cuda::swiglu(dg, du, dh, items * F, stream);
   cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes, dr_.down, dr_.ident, ig, dr_.ident,
-                       items, 1, dh, F, dy, stream);
-  cuda::combine_rows(dy, dr_.tok_off, dr_.ident, dr_.weights, n, E, /*accumulate=*/true, out,
-                     stream);
+                       items, 1, dh, F, d_y_.as<float>(), stream);
 }
 
 std::string RoutedExpertsGpu::summary() const {
@@ -265,6 +285,7 @@ std::string RoutedExpertsGpu::summary() const {
              : "; the CPU's share runs on the GPU's host thread" +
                    (runner_->refusal().empty() ? std::string() : " (" + runner_->refusal() + ")");
   }
+  if (!cal_.key.empty()) s += "; " + calibration_summary();
   if (profiler_) {
     s += "; decode misses copied over PCIe: " + profiler_->summary();
   }
@@ -280,12 +301,14 @@ std::string RoutedExpertsGpu::summary() const {
 void RoutedExpertsGpu::choose_staged(int64_t l, int64_t n) {
   for (int32_t e : staged_ids_) staged_[static_cast<size_t>(e)] = ResidentExpert{};
   staged_ids_.clear();
+  staged_dst_.clear();
   // Decode only: a prefill batch streams all its misses (streams_batch).
   if ((stream_share_ <= 0 && !profiler_) || n > kDeviceRoutingMaxTokens) return;
   std::vector<int32_t>& misses = misses_;  // distinct missing experts, in routing order
   misses.clear();
   for (int64_t i = 0; i < n * cfg_.n_expert_used; ++i) {
     const int32_t e = rids_[static_cast<size_t>(i)];
+    residency_->pin(l, e);  // no admission below may evict an expert this visit computes from
     if (!residency_->find(l, e) && std::find(misses.begin(), misses.end(), e) == misses.end()) {
       misses.push_back(e);
     }
@@ -298,11 +321,22 @@ void RoutedExpertsGpu::choose_staged(int64_t l, int64_t n) {
     want = std::llround(static_cast<double>(m) * stream_share_);
   }
   want = std::min<int64_t>(want, staging_slots_);
+  // A copied miss goes into the pool when it is hotter than the expert it would displace (it is
+  // then a hit next time), else into a staging slot for this visit only.
+  int64_t staging = 0;
   for (int64_t j = 0; j < want; ++j) {
     const int32_t e = misses[static_cast<size_t>(j)];
-    staged_[static_cast<size_t>(e)] = residency_->slot_view(l, staging_slot(j));
+    unsigned char* dst = residency_->admit(l, e);
+    if (dst) {
+      ++stats_.admitted;
+    } else {
+      dst = staging_slot(staging++);
+    }
+    staged_[static_cast<size_t>(e)] = residency_->slot_view(l, dst);
     staged_ids_.push_back(e);
+    staged_dst_.push_back(dst);
   }
+  residency_->unpin_all();
 }
 
 void RoutedExpertsGpu::copy_staged(int64_t l, cudaStream_t stream) {
@@ -311,7 +345,7 @@ void RoutedExpertsGpu::copy_staged(int64_t l, cudaStream_t stream) {
   for (const auto& e : slots_ready_) MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, e->get(), 0));
   if (profiler_) MOE_CUDA_CHECK(cudaEventRecord(pcie_t0_->get(), stream));
   for (size_t j = 0; j < staged_ids_.size(); ++j) {
-    residency_->stage(l, staged_ids_[j], staging_slot(static_cast<int64_t>(j)), stream);
+    residency_->stage(l, staged_ids_[j], staged_dst_[j], stream);
     stats_.pcie_bytes += expert_bytes(tensors_[static_cast<size_t>(l)]);
   }
   if (profiler_) {
@@ -323,6 +357,13 @@ void RoutedExpertsGpu::copy_staged(int64_t l, cudaStream_t stream) {
 void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* out,
                                  cudaStream_t stream) {
   const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.n_ff_exp;
+  // A batch counts as much as one token toward the residency scores: the pool serves decode,
+  // whose experts follow the last tokens (measured: a pool planned from pp512's routing and
+  // scored with it at full weight held tg128 at 70 tok/s against 81-87 planned from decode).
+  const double weight = 1.0 / static_cast<double>(n);
+  for (int64_t i = 0; i < n * K; ++i) {
+    residency_->record(l, rids_[static_cast<size_t>(i)], weight);
+  }
   // The misses streamed over PCIe this step (decode) run on the GPU like resident experts.
   choose_staged(l, n);
   // A prefill batch streams every miss through the staging slots instead (see streams_batch).
@@ -334,8 +375,9 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   int64_t total = 0;
   for (int64_t i = 0; i < n * K; ++i) {
     const int32_t e = rids_[static_cast<size_t>(i)];
-    residency_->record(l, e);
-    const bool resident = residency_->find(l, e) != nullptr;
+    // A miss copied this visit (into the pool or a staging slot) counts as streamed.
+    const bool resident =
+        !staged_[static_cast<size_t>(e)].gate && residency_->find(l, e) != nullptr;
     if (resident || stream_all || gpu_copy(l, e)) {
       ++(resident ? stats_.resident : stats_.streamed);
       group_of_[static_cast<size_t>(i)] = e;
@@ -446,6 +488,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
       cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes, d_wd + g0, d_off + g0, g1 - g0,
                            d_ident, n_rows, max_rows, dh, F, dy, stream);
     };
+    MOE_CUDA_CHECK(cudaEventRecord(gpu_t0_->get(), stream));
     compute(0, n_resident);
     if (!streamed_.empty()) stream_groups(l, n_resident, compute, stream);
     prefetched_layer_ = -1;
@@ -457,6 +500,8 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
                        reinterpret_cast<const int32_t*>(dev(rows)),
                        reinterpret_cast<const float*>(dev(weights)), n, E, /*accumulate=*/true, out,
                        stream);
+    MOE_CUDA_CHECK(cudaEventRecord(gpu_t1_->get(), stream));
+    gpu_timed_ = true;
   }
 
   // The CPU's share joins the GPU's once it is done.
@@ -466,6 +511,29 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
                                    static_cast<size_t>(n * E) * 4, cudaMemcpyHostToDevice, stream));
     cuda::add_inplace(out, d_cpu_out_.as<float>(), n * E, stream);
   }
+}
+
+model::ExpertRuntimeStats RoutedExpertsGpu::runtime() const {
+  model::ExpertRuntimeStats r;
+  r.items_vram = stats_.resident;
+  r.items_pcie = stats_.streamed;
+  r.items_cpu = stats_.cpu;
+  r.pcie_bytes = stats_.pcie_bytes;
+  r.admitted = stats_.admitted;
+  r.evictions = static_cast<uint64_t>(residency_->evictions());
+  r.cpu_busy_ms = cpu_busy_us_ / 1e3;
+  r.gpu_busy_ms = gpu_busy_us_ / 1e3;
+  r.pcie_gbps = cal_.h2d_gbps;
+  if (profiler_ && profiler_->pcie_us_per_expert() > 0) {
+    // The profiler's refined copy time per expert (copies of one decode visit, back to back).
+    r.pcie_gbps =
+        static_cast<double>(residency_->slot_bytes()) / (profiler_->pcie_us_per_expert() * 1e3);
+  }
+  r.cpu_us_per_expert = cal_.cpu_us_at(cal_threads_);
+  r.gpu_us_per_expert = cal_.gpu_us_per_expert;
+  r.vram_used_bytes = budget_.used();
+  r.vram_budget_bytes = budget_.limit();
+  return r;
 }
 
 std::string RoutedExpertsGpu::stats() const {
@@ -481,15 +549,29 @@ std::string RoutedExpertsGpu::stats() const {
   std::string s = "routed expert items: " + std::to_string(all) + ", " + pct(stats_.resident) +
                   " on VRAM copies, " + pct(stats_.streamed) + " copied over PCIe (" + gib + "), " +
                   pct(stats_.cpu) + " on the CPU";
+  if (stats_.admitted > 0) {
+    s += "; " + std::to_string(stats_.admitted) + " copied experts admitted into the pool (" +
+         std::to_string(residency_->evictions()) + " evictions)";
+  }
+  char busy[96];
+  std::snprintf(busy, sizeof busy, "; busy: CPU share %.1f ms, GPU experts of split layers %.1f ms",
+                cpu_busy_us_ / 1e3, gpu_busy_us_ / 1e3);
+  s += busy;
   if (profiler_) s += "; " + profiler_->summary();
   return s;
 }
 
-void RoutedExpertsGpu::finish() { runner_->join(); }
+void RoutedExpertsGpu::join_runner() {
+  const bool had_job = runner_->pending();
+  runner_->join();
+  if (had_job) cpu_busy_us_ += runner_->last_us();
+}
+
+void RoutedExpertsGpu::finish() { join_runner(); }
 
 void RoutedExpertsGpu::abandon() noexcept {
   try {
-    runner_->join();
+    join_runner();
   } catch (...) {
     // The forward is failing already; its first error is the one reported.
   }

@@ -21,6 +21,7 @@
 #include "coordinator/gpu/host_model_pin.h"
 #include "coordinator/gpu/pinned_buffer.h"
 #include "coordinator/gpu/vram_budget.h"
+#include "coordinator/model/machine_calibration.h"
 #include "coordinator/model/miss_split_profiler.h"
 #include "coordinator/model/model_arch.h"
 
@@ -70,15 +71,26 @@ class RoutedExpertsGpu {
   // What ran where since start: routed (token, expert) items on VRAM copies, copied over PCIe
   // (decode misses and prefill streams) and on the CPU, bytes copied, the profiler's choices.
   std::string stats() const;
+  model::ExpertRuntimeStats runtime() const;
 
  private:
   bool routes_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
   void run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
+  // gate, up, SwiGLU and down of `items` items of one token row each (item i reads row
+  // dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.
+  void compute_items(int64_t layer, int64_t items, const float* xn, cudaStream_t stream);
+  // The machine's rates for the decode split (routed_experts_calibration.cpp): loaded from the
+  // calibration cache, or measured now and saved (--recalibrate: always measured). Seeds the
+  // profiler. A failure is reported on stderr and leaves the rates unmeasured.
+  void calibrate(const gguf::GgufFile& f, cpu::ThreadPool& pool, bool recalibrate);
+  void measure_gpu_rates(int64_t layer);
+  std::string calibration_summary() const;
   void run_split(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
   float* scratch(VramBuffer& b, size_t floats, const char* what);
   // Feeds the profiler the last decode layer's CPU job time and copy time.
   void measure_split();
   void save_profile() const;
+  void join_runner();                          // joins the CPU share and counts its busy time
   void save_profile_or_warn() const noexcept;  // reports a failure on stderr
   // Decode: picks the share of this layer's distinct misses that streams over PCIe into staging
   // slots (staged_); copy_staged() enqueues their copies.
@@ -96,10 +108,9 @@ class RoutedExpertsGpu {
   void stream_groups(int64_t layer, int32_t first_group,
                      const std::function<void(int32_t, int32_t)>& compute, cudaStream_t stream);
   const ResidentExpert* gpu_copy(int64_t layer, int32_t expert) const {
-    const ResidentExpert* r = residency_->find(layer, expert);
-    if (r) return r;
     const ResidentExpert& s = staged_[static_cast<size_t>(expert)];
-    return s.gate ? &s : nullptr;
+    if (s.gate) return &s;
+    return residency_->find(layer, expert);
   }
 
   VramBudget& budget_;
@@ -137,6 +148,7 @@ class RoutedExpertsGpu {
   VramBuffer staging_;
   std::vector<ResidentExpert> staged_;
   std::vector<int32_t> staged_ids_, misses_, streamed_;
+  std::vector<unsigned char*> staged_dst_;  // where staged_ids_[j] is copied: pool or staging slot
   // Prefill batches of at least this many tokens stream their misses (llama.cpp offloads a
   // CPU-resident weight's product to the GPU from 32 tokens).
   static constexpr int64_t kStreamBatchMinTokens = 32;
@@ -152,8 +164,16 @@ class RoutedExpertsGpu {
   std::unique_ptr<CudaEvent> pcie_t0_, pcie_t1_;
   int64_t pcie_timed_ = 0;
   bool cpu_timed_ = false;  // the runner's last job was a decode layer's, not yet measured
+  // Busy time: the runner's jobs, and device events around a split layer's GPU expert kernels
+  // (read once the stream has passed them, at the next host-routed layer).
+  double cpu_busy_us_ = 0, gpu_busy_us_ = 0;
+  std::unique_ptr<CudaEvent> gpu_t0_, gpu_t1_;
+  bool gpu_timed_ = false;
+  model::MachineCalibration cal_;  // the machine's measured rates (calibrate())
+  bool cal_cached_ = false;        // cal_ came from the cache file, not measured this start
+  int cal_threads_ = 0;            // the CPU pool's threads the split uses
   struct Counters {
-    uint64_t resident = 0, streamed = 0, cpu = 0, pcie_bytes = 0;
+    uint64_t resident = 0, streamed = 0, cpu = 0, pcie_bytes = 0, admitted = 0;
   } stats_;
   std::string profile_path_;   // --moe-profile
   int64_t profile_warm_ = -1;  // experts copied at start from a loaded profile (-1: none loaded)

@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "common/gguf.h"
 #include "coordinator/model/expert_executor.h"
+#include "coordinator/model/expert_runtime_stats.h"
 #include "coordinator/model/kv_cache.h"
 #include "coordinator/model/model_config.h"
 #include "kernels/cpu/thread_pool.h"
@@ -70,6 +72,8 @@ class ModelArch {
   // One line on where the work ran since start (GPU forwards: expert items on VRAM copies, over
   // PCIe and on the CPU); empty when there is nothing to say.
   virtual std::string runtime_stats() const { return {}; }
+  // The same as numbers (GetStats); nullopt for forwards without a GPU.
+  virtual std::optional<ExpertRuntimeStats> expert_runtime() const { return std::nullopt; }
 };
 
 // The implementation for the file's general.architecture; throws moe::Error for unknown

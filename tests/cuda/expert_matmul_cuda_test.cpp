@@ -41,6 +41,8 @@ TEST_P(GroupedMatmulCudaTest, MatchesPerGroupReference) {
       {{1, 0, 2, 1, 0}, 0},           // GEMV
       {{1, 1, 1, 1, 1, 1, 1, 1}, 0},  // decode: one row per expert
       {{70, 0, 2}, 0},                // tiled, two row tiles in one group
+      {{33, 31, 40, 29, 64}, 0},      // a prefill's experts: about 32 rows each
+      {{100, 45}, 0},                 // large groups: several row tiles
       {{4, 9, 1}, 50},                // a loose bound
       {{12, 3}, -11},                 // a bound below the truth still computes every row
   };

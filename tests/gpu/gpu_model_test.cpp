@@ -252,6 +252,95 @@ TEST(GpuModel, StreamedMissesMatchResidentExperts) {
   }
 }
 
+// Decode misses copied over PCIe enter the pool when they are hotter than the expert they displace
+// (LFRU admission), in one pool across layers or in per-layer ranges: the logits stay bit for bit
+// those of streaming every miss through staging slots (the same kernels, whichever slot the
+// weights are read from), and the stats count the admissions.
+TEST(GpuModel, AdmittedMissesJoinThePoolInBothGroupings) {
+  REQUIRE_GPU();
+  const std::string q = any_model();
+  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  moe::cpu::ThreadPool pool(2);
+  const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / "raw";
+  const auto prompt = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
+  const auto one_by_one = [&](ModelArch& m) {
+    KvCache cache = m.make_cache(512, KvType::F32, KvType::F32);
+    std::vector<float> out, row(static_cast<size_t>(m.config().n_vocab));
+    for (const int32_t t : prompt) {
+      m.forward(std::span<const int32_t>(&t, 1), cache, LogitsMode::Last, row.data());
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+  };
+  // The reference streams every miss without a pool: routed on the host like the runs below (a
+  // fully resident layer routes on the device, whose softmax differs in the last bits).
+  GpuOptions staged_only = options(kPlacements[1]);
+  staged_only.moe_stream_share = 1.0;
+  Qwen3MoeGpu staged(file, pool, nullptr, staged_only);
+  const std::vector<float> want = one_by_one(staged);
+  for (const bool layout : {false, true}) {
+    GpuOptions opt = options(kPlacements[1]);  // -cmoe ...
+    opt.moe_resident_mib = 1;                  // ... with a small pool
+    opt.moe_stream_share = 1.0;                // every miss copied: admitted or staged
+    opt.moe_grouping_layout = layout;
+    Qwen3MoeGpu m(file, pool, nullptr, opt);
+    EXPECT_NE(m.describe().find(layout ? "per-layer ranges" : "one pool across layers"),
+              std::string::npos)
+        << m.describe();
+    const std::vector<float> got = one_by_one(m);
+    ASSERT_EQ(got.size(), want.size());
+    Diff d;
+    d.add(got.data(), want.data(), static_cast<int64_t>(want.size()));
+    std::printf("%s vs staged: max %.3g rms %.3g\n", layout ? "layout" : "off", d.max, d.rms());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << (layout ? "layout" : "off");
+    const std::string st = m.runtime_stats();
+    std::printf("%s: %s\n", layout ? "layout" : "off", st.c_str());
+    EXPECT_NE(st.find("admitted into the pool"), std::string::npos) << st;
+    EXPECT_NE(st.find(" 0.0% on the CPU"), std::string::npos) << st;
+  }
+}
+
+// The machine's rates are measured at the first start (PCIe, GPU and CPU time per expert), saved
+// to the calibration cache and loaded by the next start; --recalibrate measures again, and a
+// corrupt cache is replaced with a warning instead of failing the start.
+TEST(GpuModel, CalibrationIsMeasuredOnceThenCached) {
+  REQUIRE_GPU();
+  const fs::path cache = fs::temp_directory_path() / ("moe_gpu_cal_" + std::to_string(getpid()));
+  fs::remove_all(cache);
+  ASSERT_EQ(setenv("MOE_CACHE_DIR", cache.c_str(), 1), 0);
+  const auto file =
+      moe::gguf::GgufFile::open(model_path(any_model()).string(), moe::gguf::LoadMode::Loaded);
+  moe::cpu::ThreadPool pool(2);
+  GpuOptions opt = options(kPlacements[1]);
+  opt.moe_stream_share = -1;  // auto: the profiler starts from the calibration
+  const auto describe = [&](const GpuOptions& o) {
+    return Qwen3MoeGpu(file, pool, nullptr, o).describe();
+  };
+  const std::string first = describe(opt);
+  std::printf("%s\n", first.c_str());
+  EXPECT_NE(first.find("calibration (measured at start): PCIe "), std::string::npos) << first;
+  EXPECT_NE(first.find("us/expert at 2 threads"), std::string::npos) << first;
+  // Seeded from the calibration: the profiler has rates before the first visit.
+  EXPECT_EQ(first.find("not measured yet"), std::string::npos) << first;
+  ASSERT_TRUE(fs::exists(cache / "calibration.json"));
+  const std::string second = describe(opt);
+  EXPECT_NE(second.find("calibration (cached "), std::string::npos) << second;
+  GpuOptions again = opt;
+  again.recalibrate = true;
+  EXPECT_NE(describe(again).find("calibration (measured at start)"), std::string::npos);
+  {
+    std::FILE* f = std::fopen((cache / "calibration.json").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("{not json", f);
+    std::fclose(f);
+  }
+  EXPECT_NE(describe(opt).find("calibration (measured at start)"), std::string::npos);
+  EXPECT_NE(describe(opt).find("calibration (cached "), std::string::npos);
+  unsetenv("MOE_CACHE_DIR");
+  fs::remove_all(cache);
+}
+
 // A prefill batch streams every CPU-homed expert through the staging slots, half of them copied
 // while the other half is computed: its logits are those with every expert in VRAM (the same
 // kernels; only how the groups are split into launches differs). Four slots make eight chunks of
