@@ -169,7 +169,33 @@ std::string format_stats_table(const moe::v1::GetStatsResponse& s,
   }
   out += '\n';
   out += t.render();
-  return out + format_layer_table(s);
+  return out + format_expert_runtime(s) + format_layer_table(s);
+}
+
+std::string format_expert_runtime(const moe::v1::GetStatsResponse& s) {
+  if (!s.has_experts()) return "";
+  const moe::v1::ExpertRuntime& x = s.experts();
+  const uint64_t all = x.items_vram() + x.items_pcie() + x.items_cpu();
+  const auto pct = [&](uint64_t v) {
+    return all == 0 ? std::string("-")
+                    : format("%.1f%%", 100.0 * static_cast<double>(v) / static_cast<double>(all));
+  };
+  const auto rate = [](double v, const char* fmt) { return v > 0 ? format(fmt, v) : "-"; };
+  std::string out = "\nexpert items: " + pct(x.items_vram()) + " on VRAM copies, " +
+                    pct(x.items_pcie()) + " copied over PCIe, " + pct(x.items_cpu()) +
+                    " on the CPU (" + u64(all) + " in all)\n";
+  out += format("PCIe: %.2f GiB copied, %s; %s misses admitted into the pool, %s evictions\n",
+                static_cast<double>(x.pcie_bytes()) / (1u << 30),
+                rate(x.pcie_gbps(), "%.1f GB/s").c_str(), u64(x.admitted()).c_str(),
+                u64(x.evictions()).c_str());
+  out += format(
+      "busy: CPU share %.2f s, GPU experts (split layers) %.2f s; per expert: CPU %s, "
+      "GPU %s\n",
+      x.cpu_busy_ms() / 1e3, x.gpu_busy_ms() / 1e3, rate(x.cpu_us_per_expert(), "%.1f us").c_str(),
+      rate(x.gpu_us_per_expert(), "%.1f us").c_str());
+  out += format("VRAM: %.0f of %.0f MiB\n", static_cast<double>(x.vram_used_bytes()) / (1 << 20),
+                static_cast<double>(x.vram_budget_bytes()) / (1 << 20));
+  return out;
 }
 
 std::string format_layer_table(const moe::v1::GetStatsResponse& s) {

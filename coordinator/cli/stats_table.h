@@ -15,6 +15,8 @@ std::string format_stats_table(const moe::v1::GetStatsResponse& stats,
 // One row per MoE layer: expert batches, tokens, routed items, GPU hits and CPU-computed misses,
 // hit rate and expert time ("" when the server reports no layers).
 std::string format_layer_table(const moe::v1::GetStatsResponse& stats);
+// The routed experts' runtime figures (GPU forwards): item split, PCIe, busy time, rates, VRAM.
+std::string format_expert_runtime(const moe::v1::GetStatsResponse& stats);
 
 // {"stats": GetStatsResponse, "placement": GetPlacementResponse} in proto3 JSON with the .proto
 // field names (64-bit counters are strings, as that mapping writes them), on one line.

@@ -189,8 +189,10 @@ void Engine::run_job(Job& job) {
     opt_.metrics->job_end(outcome, static_cast<int64_t>(req.prompt.size()),
                           end.kind == JobEvent::Finish ? end.completion_tokens : 0);
   }
+  std::optional<model::ExpertRuntimeStats> experts = model_.expert_runtime();
   {
     std::lock_guard lock(mu_);
+    stats_.experts = experts;
     if (end.kind == JobEvent::Finish) {
       ++stats_.completed;
       stats_.prompt_tokens += static_cast<uint64_t>(req.prompt.size());

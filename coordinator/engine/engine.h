@@ -17,6 +17,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +48,8 @@ struct EngineStats {
   size_t queue_depth = 0, queue_capacity = 0;
   unsigned running = 0;
   bool draining = false;
+  // The routed experts' runtime figures after the last finished job (GPU forwards only).
+  std::optional<model::ExpertRuntimeStats> experts;
 };
 
 class Engine {

@@ -90,6 +90,23 @@ grpc::Status ControlService::GetStats(grpc::ServerContext*, const v1::GetStatsRe
     resp->set_generation_ms(s.generation_ms);
     resp->set_last_tokens_per_second(s.last_tokens_per_second);
     resp->set_draining(s.draining);
+    if (s.experts) {
+      const model::ExpertRuntimeStats& x = *s.experts;
+      v1::ExpertRuntime& o = *resp->mutable_experts();
+      o.set_items_vram(x.items_vram);
+      o.set_items_pcie(x.items_pcie);
+      o.set_items_cpu(x.items_cpu);
+      o.set_pcie_bytes(x.pcie_bytes);
+      o.set_admitted(x.admitted);
+      o.set_evictions(x.evictions);
+      o.set_cpu_busy_ms(x.cpu_busy_ms);
+      o.set_gpu_busy_ms(x.gpu_busy_ms);
+      o.set_pcie_gbps(x.pcie_gbps);
+      o.set_cpu_us_per_expert(x.cpu_us_per_expert);
+      o.set_gpu_us_per_expert(x.gpu_us_per_expert);
+      o.set_vram_used_bytes(x.vram_used_bytes);
+      o.set_vram_budget_bytes(x.vram_budget_bytes);
+    }
   }
   if (state_.layers != nullptr && state_.engine.load() != nullptr) {
     const std::vector<engine::LayerCounters> layers = state_.layers->snapshot();
