@@ -189,8 +189,9 @@ TEST(RunTool, UsageAndValueErrors) {
   p = run(moe_run(), true);
   EXPECT_EQ(p.rc, 2) << p.out;
   // GPU placement flags without -ngl would silently do nothing: refused with the reason.
-  for (const char* flag : {"-cmoe", "--vram-budget-mib 6144",
-                           "--moe-profile /tmp/unused-profile.json", "--moe-stream-share auto"}) {
+  for (const char* flag :
+       {"-cmoe", "--vram-budget-mib 6144", "--moe-profile /tmp/unused-profile.json",
+        "--moe-stream-share auto", "--moe-resident-grouping layout", "--recalibrate"}) {
     p = run(moe_run() + " -p hi -n 1 " + flag, true);
     EXPECT_EQ(p.rc, 1) << flag << ": " << p.out;
     EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << flag << ": " << p.out;
@@ -204,6 +205,9 @@ TEST(RunTool, UsageAndValueErrors) {
   p = run(moe_run() + " -p hi -n 1 --moe-resident-profiler newest", true);
   EXPECT_EQ(p.rc, 2) << p.out;
   EXPECT_NE(p.out.find("--moe-resident-profiler"), std::string::npos) << p.out;
+  p = run(moe_run() + " -p hi -n 1 --moe-resident-grouping contiguous", true);
+  EXPECT_EQ(p.rc, 2) << p.out;
+  EXPECT_NE(p.out.find("--moe-resident-grouping"), std::string::npos) << p.out;
 }
 
 TEST(RunTool, BenchPrintsTableAndJson) {
