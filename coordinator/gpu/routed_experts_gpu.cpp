@@ -472,12 +472,16 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     float* du = d_u_.as<float>();
     float* dh = d_h_.as<float>();
     float* dy = d_y_.as<float>();
+    // Every launch of the batch gets the batch's largest group as its bound, so an expert's rows
+    // take the same kernel (FP32 GEMV up to 8 rows, tensor cores above) whichever launch they
+    // fall in: streamed and resident prefill then give the same bits.
+    int64_t max_rows = 0;
+    for (int32_t i = 0; i < n_groups; ++i) {
+      max_rows = std::max(max_rows, int64_t{offsets[i + 1] - offsets[i]});
+    }
     // Groups [g0, g1): their rows are offsets[g0] .. offsets[g1] - 1 of every scratch matrix.
     const auto compute = [&](int32_t g0, int32_t g1) {
       if (g1 <= g0) return;
-      int64_t max_rows = 0;
-      for (int32_t i = g0; i < g1; ++i)
-        max_rows = std::max(max_rows, int64_t{offsets[i + 1] - offsets[i]});
       const int64_t r0 = offsets[g0], n_rows = offsets[g1] - offsets[g0];
       if (n_rows == 0) return;  // streamed experts the batch did not route to
       cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, d_wg + g0, d_off + g0, g1 - g0,

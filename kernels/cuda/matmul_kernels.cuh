@@ -306,6 +306,12 @@ __global__ void __launch_bounds__(kTileThreads) gemm_tiled_kernel(Args a) {
   }
 }
 
+}  // namespace moe::cuda::detail
+
+#include "kernels/cuda/matmul_mma.cuh"
+
+namespace moe::cuda::detail {
+
 template <class Dec>
 void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
   Args a{};
@@ -329,7 +335,14 @@ void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
     } else {
       gemv_kernel<Dec, 8><<<grid, kGemvThreads, 0, stream>>>(a);
     }
+  } else if constexpr (Dec::kPer == 8) {
+    // Quantized blocks: FP16 tensor cores (matmul_mma.cuh).
+    const int64_t row_tiles = std::min<int64_t>(ceil_div(p.max_rows_per_group, kMmaR), 65535);
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kMmaO)), n_groups,
+                    static_cast<unsigned>(row_tiles));
+    gemm_mma_kernel<Dec><<<grid, kMmaThreads, 0, stream>>>(a);
   } else {
+    // Float weights keep FP32 arithmetic: their models' tolerances are tight.
     const int64_t row_tiles = std::min<int64_t>(ceil_div(p.max_rows_per_group, kTileR), 65535);
     const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kTileO)), n_groups,
                     static_cast<unsigned>(row_tiles));

@@ -85,7 +85,8 @@ TEST_P(MatmulCudaTest, MatchesDoubleReferenceForGemvAndTiledShapes) {
       matmul(w, dx.as<float>(), n_rows, dy.as<float>(), nullptr);
       const auto y = test::to_host<float>(dy, static_cast<size_t>(n_rows * n_out));
       const double err = test::normalized_error(y, reference(m, x, n_rows, n_in, n_out));
-      EXPECT_LE(err, 1e-5) << "n_in " << n_in << " n_rows " << n_rows;
+      EXPECT_LE(err, test::gpu_product_tolerance(type, n_rows))
+          << "n_in " << n_in << " n_rows " << n_rows;
     }
   }
 }
@@ -111,7 +112,8 @@ TEST(MatmulCuda, PaddedRowsAndOwnStream) {
       matmul(w, dx.as<float>(), n_rows, dy.as<float>(), stream);
       MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
       const auto y = test::to_host<float>(dy, static_cast<size_t>(n_rows * n_out));
-      EXPECT_LE(test::normalized_error(y, reference(m, x, n_rows, n_in, n_out)), 1e-5)
+      EXPECT_LE(test::normalized_error(y, reference(m, x, n_rows, n_in, n_out)),
+                test::gpu_product_tolerance(type, n_rows))
           << ggml_type_label(static_cast<uint32_t>(type)) << " rows " << n_rows;
     }
     MOE_CUDA_CHECK(cudaStreamDestroy(stream));

@@ -139,9 +139,10 @@ TEST(Qwen35Gpu, BatchEqualsChunksAndTokenByToken) {
     d2.add(ones.data(), whole.data(), x.V());
   }
   std::printf("batch vs chunks of 5: max %.3g; vs one token at a time: max %.3g\n", d1.max, d2.max);
-  // Batches take the GEMM kernels and single tokens the GEMV ones: rounding, not state, differs.
-  EXPECT_LE(d1.max, 2e-3);
-  EXPECT_LE(d2.max, 2e-3);
+  // Batches of more than 8 tokens take the tensor-core GEMM (FP16 operands) and smaller ones the
+  // FP32 GEMV: rounding, not state, differs (a state carried wrongly moves logits by whole units).
+  EXPECT_LE(d1.max, 0.05);
+  EXPECT_LE(d2.max, 0.05);
   EXPECT_EQ(a.n_past(), static_cast<int64_t>(x.prompt.size()));
 }
 
