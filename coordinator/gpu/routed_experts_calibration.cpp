@@ -72,9 +72,14 @@ void RoutedExpertsGpu::calibrate(const gguf::GgufFile& f, cpu::ThreadPool& pool,
       c.key = key;
       c.measured_at = model::utc_now_iso8601();
       const int items = static_cast<int>(cfg_.n_expert_used);
+      std::vector<int64_t> cpu_layers;  // every CPU-homed layer: a fresh layer per run
+      for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+        if (!residency_->layer_on_gpu(i)) cpu_layers.push_back(i);
+      }
       c.cpu_us_per_expert = model::measure_cpu_expert_rates(
-          [&](cpu::ThreadPool& p) { return model::cpu_experts_for(f, p); }, l, cfg_.n_embd,
-          model::calibration_thread_counts(cal_threads_), items, /*reps=*/5);
+          [&](cpu::ThreadPool& p) { return model::cpu_experts_for(f, p); }, cpu_layers,
+          cfg_.n_expert, cfg_.n_embd, model::calibration_thread_counts(cal_threads_), items,
+          /*reps=*/8);
       cal_ = c;
       measure_gpu_rates(l);
       model::save_calibration(path, cal_);
@@ -111,6 +116,19 @@ void RoutedExpertsGpu::measure_gpu_rates(int64_t l) {
     if (pass > 0) per_expert.push_back(elapsed_us(a, b) / static_cast<double>(staging_slots_));
   }
   cal_.h2d_gbps = bytes / (median(per_expert) * 1e3);
+
+  // Device memory: one half of the staging slots copied onto the other (read + write).
+  const size_t half = static_cast<size_t>(staging_slots_ / 2) * residency_->slot_bytes();
+  std::vector<double> copy_us;
+  for (int pass = 0; pass < 4; ++pass) {
+    MOE_CUDA_CHECK(cudaEventRecord(a.get(), s));
+    MOE_CUDA_CHECK(cudaMemcpyAsync(staging_slot(staging_slots_ / 2), staging_slot(0), half,
+                                   cudaMemcpyDeviceToDevice, s));
+    MOE_CUDA_CHECK(cudaEventRecord(b.get(), s));
+    MOE_CUDA_CHECK(cudaEventSynchronize(b.get()));
+    if (pass > 0) copy_us.push_back(elapsed_us(a, b));
+  }
+  cal_.gpu_gbps = 2.0 * static_cast<double>(half) / (median(copy_us) * 1e3);
 
   // GPU: one decode token's K experts from K different slots, rotating through the slots.
   reserve(1);
@@ -157,8 +175,8 @@ std::string RoutedExpertsGpu::calibration_summary() const {
   s += "): ";
   char b[96];
   if (cal_.h2d_gbps > 0) {
-    std::snprintf(b, sizeof b, "PCIe %.1f GB/s, GPU %.1f us/expert, ", cal_.h2d_gbps,
-                  cal_.gpu_us_per_expert);
+    std::snprintf(b, sizeof b, "PCIe %.1f GB/s, GPU %.0f GB/s and %.1f us/expert, ", cal_.h2d_gbps,
+                  cal_.gpu_gbps, cal_.gpu_us_per_expert);
     s += b;
   }
   std::snprintf(b, sizeof b, "CPU %.1f us/expert at %d threads", cal_.cpu_us_at(cal_threads_),

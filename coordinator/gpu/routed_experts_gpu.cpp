@@ -203,6 +203,8 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
                       dr_.weights, stream);
     run_on_device(l, n, xn, out, stream);
     stats_.resident += static_cast<uint64_t>(n * cfg_.n_expert_used);
+    stats_.decode += static_cast<uint64_t>(n * cfg_.n_expert_used);
+    stats_.decode_resident += static_cast<uint64_t>(n * cfg_.n_expert_used);
     cpu_experts_->note_split(l, n, n * cfg_.n_expert_used, 0);
     return;
   }
@@ -389,6 +391,13 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     }
   }
 
+  if (n <= kDeviceRoutingMaxTokens) {  // a decode visit: for the decode bound's hit share
+    stats_.decode += static_cast<uint64_t>(n * K);
+    for (int64_t i = 0; i < n * K; ++i) {
+      const int32_t e = rids_[static_cast<size_t>(i)];
+      if (!staged_[static_cast<size_t>(e)].gate && residency_->find(l, e)) ++stats_.decode_resident;
+    }
+  }
   cpu_experts_->note_split(l, n, total, static_cast<int64_t>(cpu_items_.size()));
   // The CPU's share starts now: on the runner thread it computes while this thread enqueues the
   // GPU's share (and the caller the next layer's attention).
@@ -537,6 +546,15 @@ model::ExpertRuntimeStats RoutedExpertsGpu::runtime() const {
   r.gpu_us_per_expert = cal_.gpu_us_per_expert;
   r.vram_used_bytes = budget_.used();
   r.vram_budget_bytes = budget_.limit();
+  r.decode_items = stats_.decode;
+  r.decode_items_vram = stats_.decode_resident;
+  r.dense_bytes = budget_.used(VramUse::Weights);
+  uint64_t all_layers = 0;  // layers mix quantizations (e.g. Q6_K down in some): the mean
+  for (const auto& t : tensors_) all_layers += expert_bytes(t);
+  r.expert_bytes = all_layers / tensors_.size();
+  r.experts_per_token = static_cast<uint64_t>(cfg_.n_layer * cfg_.n_expert_used);
+  r.gpu_gbps = cal_.gpu_gbps;
+  r.pcie_lane = profiler_ != nullptr || stream_share_ > 0;
   return r;
 }
 

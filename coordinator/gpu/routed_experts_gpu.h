@@ -174,6 +174,7 @@ class RoutedExpertsGpu {
   int cal_threads_ = 0;            // the CPU pool's threads the split uses
   struct Counters {
     uint64_t resident = 0, streamed = 0, cpu = 0, pcie_bytes = 0, admitted = 0;
+    uint64_t decode = 0, decode_resident = 0;  // items of decode visits, and those on VRAM copies
   } stats_;
   std::string profile_path_;   // --moe-profile
   int64_t profile_warm_ = -1;  // experts copied at start from a loaded profile (-1: none loaded)

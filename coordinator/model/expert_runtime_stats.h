@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace moe::model {
 
@@ -22,6 +23,30 @@ struct ExpertRuntimeStats {
   // time per decode expert item on the CPU (at the pool's threads) and on the GPU; 0 = unknown.
   double pcie_gbps = 0, cpu_us_per_expert = 0, gpu_us_per_expert = 0;
   uint64_t vram_used_bytes = 0, vram_budget_bytes = 0;
+
+  // For the decode bound: items of decode visits (batches of up to 4 tokens) and those of them
+  // on VRAM copies; weight bytes in VRAM the dense part reads per token (attention, norms,
+  // routers, output head); bytes of one routed expert and experts per token (layers x k); the
+  // device's memory bandwidth (a device-to-device copy, read + write); whether decode misses
+  // may cross PCIe.
+  uint64_t decode_items = 0, decode_items_vram = 0;
+  uint64_t dense_bytes = 0, expert_bytes = 0, experts_per_token = 0;
+  double gpu_gbps = 0;
+  bool pcie_lane = false;
 };
+
+// The decode bound of reference/performance.md §1 at the measured decode hit share h, with this
+// machine's measured rates instead of datasheet ones:
+//   T = D / B_g + max(h E / B_g, (1 - h) E / B_miss),   tok/s <= 1 / T,
+// B_miss = B_cpu (+ B_pcie when misses cross PCIe), B_cpu = one expert's bytes per the CPU's
+// time per expert. The hand-off term is left out (it is ours to minimise, not the machine's).
+struct DecodeBound {
+  double tok_s = 0;  // 0: a rate or the decode share is unknown
+  double h = 0, miss_gbps = 0;
+};
+DecodeBound decode_bound(const ExpertRuntimeStats& s);
+// "76.1 tok/s = 33% of the decode bound 230 tok/s (h 0.59; dense 0.82 GB and experts 1.10 GB
+// per token; GPU 4000 GB/s, misses at 48 GB/s CPU + 45 GB/s PCIe)", or "" without a bound.
+std::string describe_against_bound(double tok_s, const ExpertRuntimeStats& s);
 
 }  // namespace moe::model

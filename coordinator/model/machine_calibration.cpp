@@ -42,6 +42,7 @@ std::string invalid_reason(const MachineCalibration& c) {
   const auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
   if (bad(c.h2d_gbps)) return "h2d_gbps must be a finite number >= 0";
   if (bad(c.gpu_us_per_expert)) return "gpu_us_per_expert must be a finite number >= 0";
+  if (bad(c.gpu_gbps)) return "gpu_gbps must be a finite number >= 0";
   if (c.cpu_us_per_expert.size() > kMaxThreadEntries) return "too many cpu_us_per_expert entries";
   for (size_t i = 0; i < c.cpu_us_per_expert.size(); ++i) {
     const auto& [threads, us] = c.cpu_us_per_expert[i];
@@ -75,6 +76,7 @@ MachineCalibration parse_entry(const json& e, const std::string& path) {
   c.key = string_field(e, "key", path);
   c.h2d_gbps = number_field(e, "h2d_gbps", path);
   c.gpu_us_per_expert = number_field(e, "gpu_us_per_expert", path);
+  if (e.contains("gpu_gbps")) c.gpu_gbps = number_field(e, "gpu_gbps", path);
   c.measured_at = string_field(e, "measured_at", path);
   const auto cpu = e.find("cpu_us_per_expert");
   if (cpu == e.end() || !cpu->is_array()) fail(path, "cpu_us_per_expert must be an array");
@@ -136,6 +138,7 @@ json to_json(const MachineCalibration& c) {
   return {{"key", c.key},
           {"h2d_gbps", c.h2d_gbps},
           {"gpu_us_per_expert", c.gpu_us_per_expert},
+          {"gpu_gbps", c.gpu_gbps},
           {"cpu_us_per_expert", std::move(cpu)},
           {"measured_at", c.measured_at}};
 }
@@ -279,11 +282,14 @@ void save_calibration(const std::string& path, const MachineCalibration& c) {
 
 std::vector<std::pair<int, double>> measure_cpu_expert_rates(
     const std::function<std::unique_ptr<ExpertExecutor>(cpu::ThreadPool&)>& make_exec,
-    int64_t layer, int64_t n_embd, const std::vector<int>& thread_counts, int items_per_run,
-    int reps, int spin) {
+    const std::vector<int64_t>& layers, int64_t n_expert, int64_t n_embd,
+    const std::vector<int>& thread_counts, int items_per_run, int reps, int spin) {
   if (!make_exec) throw Error("measure_cpu_expert_rates: no executor factory");
-  if (n_embd < 1 || items_per_run < 1 || reps < 1 || layer < 0) {
-    throw Error("measure_cpu_expert_rates: need layer >= 0, n_embd, items_per_run and reps >= 1");
+  if (n_embd < 1 || items_per_run < 1 || reps < 1 || layers.empty() || items_per_run > n_expert ||
+      std::any_of(layers.begin(), layers.end(), [](int64_t l) { return l < 0; })) {
+    throw Error(
+        "measure_cpu_expert_rates: need layers >= 0, n_embd, items_per_run and reps >= 1, and "
+        "no more items than experts");
   }
   for (size_t i = 0; i < thread_counts.size(); ++i) {
     if (thread_counts[i] < 1 || (i > 0 && thread_counts[i] <= thread_counts[i - 1])) {
@@ -296,10 +302,16 @@ std::vector<std::pair<int, double>> measure_cpu_expert_rates(
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
   // Distinct experts: a decode token's k routed experts never repeat.
+  // Run j reads layer layers[j % size] and experts (j * items + i) % n_expert: fresh weights each
+  // run, as a decode's next layer reads, not the previous run's from the last-level cache.
   std::vector<ExpertItem> items(static_cast<size_t>(items_per_run));
-  for (int i = 0; i < items_per_run; ++i) {
-    items[static_cast<size_t>(i)] = {0, i, 1.0f / static_cast<float>(items_per_run)};
-  }
+  const auto run = [&](ExpertExecutor& exec, int j) {
+    for (int i = 0; i < items_per_run; ++i) {
+      const auto e = static_cast<int32_t>((static_cast<int64_t>(j) * items_per_run + i) % n_expert);
+      items[static_cast<size_t>(i)] = {0, e, 1.0f / static_cast<float>(items_per_run)};
+    }
+    exec.run(layers[static_cast<size_t>(j) % layers.size()], x.data(), 1, items, out.data());
+  };
 
   std::vector<std::pair<int, double>> rates;
   std::vector<double> us(static_cast<size_t>(reps));
@@ -308,11 +320,12 @@ std::vector<std::pair<int, double>> measure_cpu_expert_rates(
     // Declared after the pool: destroyed before it, as the executor may use it until then.
     const std::unique_ptr<ExpertExecutor> exec = make_exec(pool);
     if (!exec) throw Error("measure_cpu_expert_rates: the factory returned no executor");
-    // Warm-up: first-touch of weights (mmap page faults), grow-only scratch buffers.
-    exec->run(layer, x.data(), 1, items, out.data());
+    // An untimed pass over the same runs first: page faults of mapped weights, grow-only
+    // scratch. Each run's weights are then `reps` runs old, out of the cache on a large run.
+    for (int r = 0; r < reps; ++r) run(*exec, r);
     for (int r = 0; r < reps; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      exec->run(layer, x.data(), 1, items, out.data());
+      run(*exec, r);
       const auto t1 = std::chrono::steady_clock::now();
       us[static_cast<size_t>(r)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
     }

@@ -25,6 +25,9 @@ struct MachineCalibration {
   std::string key;      // what the numbers are valid for (see machine_key)
   double h2d_gbps = 0;  // pinned host->device copy bandwidth, GB/s (10^9); 0 = not measured
   double gpu_us_per_expert = 0;  // one decode expert item (gate+up+down, 1 token) on the GPU, µs
+  // Device memory bandwidth, GB/s: bytes read plus written by a device-to-device copy; 0 = not
+  // measured (optional in the file: entries written before it was measured lack it).
+  double gpu_gbps = 0;
   // (threads, µs per decode expert item), threads strictly ascending.
   std::vector<std::pair<int, double>> cpu_us_per_expert;
   std::string measured_at;  // ISO-8601 UTC time of the measurement (see utc_now_iso8601)
@@ -63,14 +66,17 @@ void save_calibration(const std::string& path, const MachineCalibration& c);
 
 // Median µs per decode expert item of an executor at each of `thread_counts` (strictly
 // ascending), returned in that order. For each count, `make_exec(pool)` builds an executor on a
-// temporary cpu::ThreadPool(threads, {}, spin); one warm-up and then `reps` timed calls of
-// exec.run(layer, x, 1 token, items, out) with `items_per_run` items on the distinct experts
-// 0..items_per_run-1, weight 1/items_per_run each, x random-normal from a fixed seed. µs per item
-// = median run time / items_per_run. Throws moe::Error on bad arguments or a null executor.
+// temporary cpu::ThreadPool(threads, {}, spin) and makes `reps` runs twice, untimed then timed:
+// run j is exec.run(layers[j % size], x, 1 token, items, out) with `items_per_run` distinct
+// experts (j * items_per_run + i) % n_expert, weight 1/items_per_run each, x random-normal from a
+// fixed seed, so each run reads weights the previous runs did not (a decode's cost, not a cached
+// one's). µs per item = median timed run / items_per_run. Throws moe::Error on bad arguments
+// (no layers, more items than experts, ...) or a null executor.
 std::vector<std::pair<int, double>> measure_cpu_expert_rates(
     const std::function<std::unique_ptr<ExpertExecutor>(cpu::ThreadPool&)>& make_exec,
-    int64_t layer, int64_t n_embd, const std::vector<int>& thread_counts, int items_per_run,
-    int reps, int spin = cpu::ThreadPool::kDefaultSpin);
+    const std::vector<int64_t>& layers, int64_t n_expert, int64_t n_embd,
+    const std::vector<int>& thread_counts, int items_per_run, int reps,
+    int spin = cpu::ThreadPool::kDefaultSpin);
 
 // 1, 2, 4, ... below max_threads, then max_threads itself (always included). moe::Error when
 // max_threads < 1.

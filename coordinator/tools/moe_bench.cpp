@@ -191,6 +191,15 @@ int run(const Args& a) {
   if (const std::string st = model->runtime_stats(); !st.empty()) {
     std::fprintf(stderr, "moe-bench: %s\n", st.c_str());
   }
+  // Decode results against the physical bound (reference/performance.md §1, measured rates).
+  if (const auto rt = model->expert_runtime()) {
+    for (const Result& r : results) {
+      if (r.n_gen == 0) continue;
+      if (const std::string d = describe_against_bound(r.median, *rt); !d.empty()) {
+        std::fprintf(stderr, "moe-bench: %s: %s\n", r.test.c_str(), d.c_str());
+      }
+    }
+  }
   const std::string name = std::filesystem::path(a.model).filename().string();
   const double gib = static_cast<double>(bytes) / static_cast<double>(1ull << 30);
   if (a.output == "json") {

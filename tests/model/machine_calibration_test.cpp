@@ -38,6 +38,7 @@ MachineCalibration sample(const std::string& key, double scale = 1.0) {
   c.key = key;
   c.h2d_gbps = 24.5 * scale;
   c.gpu_us_per_expert = 11.25 * scale;
+  c.gpu_gbps = 3500.5 * scale;
   c.cpu_us_per_expert = {{1, 800.0 * scale}, {2, 410.5 * scale}, {4, 220.125 * scale}};
   c.measured_at = "2025-01-02T03:04:05Z";
   return c;
@@ -47,6 +48,7 @@ void expect_equal(const MachineCalibration& a, const MachineCalibration& b) {
   EXPECT_EQ(a.key, b.key);
   EXPECT_EQ(a.h2d_gbps, b.h2d_gbps);
   EXPECT_EQ(a.gpu_us_per_expert, b.gpu_us_per_expert);
+  EXPECT_EQ(a.gpu_gbps, b.gpu_gbps);
   EXPECT_EQ(a.cpu_us_per_expert, b.cpu_us_per_expert);
   EXPECT_EQ(a.measured_at, b.measured_at);
 }
@@ -162,6 +164,9 @@ TEST_F(MachineCalibrationTest, MalformedFilesAreRefusedNamingTheFile) {
   expect_refused("overflow.json", "");
   write_entry("missing_field.json", R"("key":"k","gpu_us_per_expert":1,)" + ok_tail);
   expect_refused("missing_field.json", "h2d_gbps");
+  write_entry("negative_gpu_gbps.json",
+              R"("key":"k","h2d_gbps":1,"gpu_us_per_expert":1,"gpu_gbps":-2,)" + ok_tail);
+  expect_refused("negative_gpu_gbps.json", "gpu_gbps");
 
   const std::string head = R"("key":"k","h2d_gbps":1,"gpu_us_per_expert":1,"measured_at":"t",)";
   write_entry("unsorted.json", head + R"("cpu_us_per_expert":[{"threads":4,"us_per_expert":5},)"
@@ -188,11 +193,12 @@ TEST_F(MachineCalibrationTest, MalformedFilesAreRefusedNamingTheFile) {
                                   head + kGoodCpu + "},{" + head + kGoodCpu + "}]}");
   expect_refused("duplicate_key.json", "duplicate");
 
-  // The control: the same shape, well-formed, loads.
+  // The control: the same shape, well-formed, loads (gpu_gbps, measured later, may be absent).
   write_entry("good.json", head + kGoodCpu);
   const auto good = moe::model::load_calibration(path("good.json"), "k");
   ASSERT_TRUE(good.has_value());
   EXPECT_EQ(good->cpu_us_per_expert, (std::vector<std::pair<int, double>>{{1, 5.0}}));
+  EXPECT_EQ(good->gpu_gbps, 0.0);
 }
 
 TEST_F(MachineCalibrationTest, SaveReplacesAMalformedFile) {
@@ -308,18 +314,23 @@ class FakeExecutor final : public ExpertExecutor {
     int runs = 0;
     int bad = 0;  // calls whose arguments broke the contract
     int pool_size = 0;
+    std::set<int64_t> layers;
+    std::set<int32_t> experts;
   };
-  FakeExecutor(Seen& seen, int64_t layer, int64_t n_embd)
-      : seen_(seen), layer_(layer), n_embd_(n_embd) {}
+  FakeExecutor(Seen& seen, std::set<int64_t> layers, int64_t n_embd)
+      : seen_(seen), layers_(std::move(layers)), n_embd_(n_embd) {}
   void run(int64_t layer, const float* x, int64_t n_tokens, std::span<const ExpertItem> items,
            float* out) override {
     ++seen_.runs;
     std::set<int32_t> experts;
     float sum = 0;
-    bool ok = layer == layer_ && n_tokens == 1 && x != nullptr && out != nullptr && !items.empty();
+    bool ok = layers_.count(layer) == 1 && n_tokens == 1 && x != nullptr && out != nullptr &&
+              !items.empty();
+    seen_.layers.insert(layer);
     for (const ExpertItem& it : items) {
       ok = ok && it.token == 0 && it.expert >= 0;
       experts.insert(it.expert);
+      seen_.experts.insert(it.expert);
       sum += it.weight;
     }
     ok = ok && experts.size() == items.size() && std::fabs(sum - 1.0f) < 1e-5f;
@@ -335,30 +346,35 @@ class FakeExecutor final : public ExpertExecutor {
 
  private:
   Seen& seen_;
-  int64_t layer_, n_embd_;
+  std::set<int64_t> layers_;
+  int64_t n_embd_;
 };
 
 TEST(MachineCalibration, MeasuresEveryThreadCountWithTheFakeExecutor) {
   const std::vector<int> counts = {1, 2, 3};
   const int reps = 5, items = 4;
-  const int64_t layer = 2, n_embd = 64;
+  const int64_t n_expert = 6, n_embd = 64;
+  const std::vector<int64_t> layers = {2, 5};
   std::vector<FakeExecutor::Seen> seen;
   seen.reserve(counts.size());
   const auto rates = moe::model::measure_cpu_expert_rates(
       [&](moe::cpu::ThreadPool& pool) -> std::unique_ptr<ExpertExecutor> {
         seen.emplace_back();
         seen.back().pool_size = pool.size();
-        return std::make_unique<FakeExecutor>(seen.back(), layer, n_embd);
+        return std::make_unique<FakeExecutor>(seen.back(), std::set<int64_t>{2, 5}, n_embd);
       },
-      layer, n_embd, counts, items, reps, /*spin=*/0);
+      layers, n_expert, n_embd, counts, items, reps, /*spin=*/0);
   ASSERT_EQ(rates.size(), counts.size());
   ASSERT_EQ(seen.size(), counts.size());
   for (size_t i = 0; i < counts.size(); ++i) {
     EXPECT_EQ(rates[i].first, counts[i]);
     EXPECT_TRUE(std::isfinite(rates[i].second) && rates[i].second > 0) << rates[i].second;
     EXPECT_EQ(seen[i].pool_size, counts[i]);
-    EXPECT_EQ(seen[i].runs, reps + 1);  // one warm-up, then the timed runs
+    EXPECT_EQ(seen[i].runs, 2 * reps);  // an untimed pass, then the timed one
     EXPECT_EQ(seen[i].bad, 0);
+    // Runs rotate through the layers and the experts (fresh weights each run).
+    EXPECT_EQ(seen[i].layers, (std::set<int64_t>{2, 5}));
+    EXPECT_EQ(static_cast<int64_t>(seen[i].experts.size()), n_expert);
   }
 }
 
@@ -366,10 +382,14 @@ TEST(MachineCalibration, MeasureRejectsBadArguments) {
   const auto make = [](moe::cpu::ThreadPool&) -> std::unique_ptr<ExpertExecutor> {
     return nullptr;
   };
-  EXPECT_THROW(moe::model::measure_cpu_expert_rates(make, 0, 8, {1}, 1, 1, 0), moe::Error);
-  EXPECT_THROW(moe::model::measure_cpu_expert_rates(make, 0, 8, {2, 1}, 1, 1, 0), moe::Error);
-  EXPECT_THROW(moe::model::measure_cpu_expert_rates(make, 0, 8, {1}, 0, 1, 0), moe::Error);
-  EXPECT_THROW(moe::model::measure_cpu_expert_rates(make, 0, 8, {1}, 1, 0, 0), moe::Error);
+  using moe::model::measure_cpu_expert_rates;
+  EXPECT_THROW(measure_cpu_expert_rates(make, {0}, 16, 8, {1}, 1, 1, 0), moe::Error);  // null
+  EXPECT_THROW(measure_cpu_expert_rates(make, {0}, 16, 8, {2, 1}, 1, 1, 0), moe::Error);
+  EXPECT_THROW(measure_cpu_expert_rates(make, {0}, 16, 8, {1}, 0, 1, 0), moe::Error);
+  EXPECT_THROW(measure_cpu_expert_rates(make, {0}, 16, 8, {1}, 1, 0, 0), moe::Error);
+  EXPECT_THROW(measure_cpu_expert_rates(make, {}, 16, 8, {1}, 1, 1, 0), moe::Error);
+  EXPECT_THROW(measure_cpu_expert_rates(make, {-1}, 16, 8, {1}, 1, 1, 0), moe::Error);
+  EXPECT_THROW(measure_cpu_expert_rates(make, {0}, 4, 8, {1}, 5, 1, 0), moe::Error);
 }
 
 TEST(MachineCalibration, MeasuresTheRealCpuExecutorOnTheTinyModel) {
@@ -383,7 +403,7 @@ TEST(MachineCalibration, MeasuresTheRealCpuExecutorOnTheTinyModel) {
       [&](moe::cpu::ThreadPool& pool) -> std::unique_ptr<ExpertExecutor> {
         return moe::model::cpu_experts_for(file, pool);
       },
-      0, cfg.n_embd, {1, 2}, items, 3, 0);
+      {0, 1}, cfg.n_expert, cfg.n_embd, {1, 2}, items, 3, 0);
   ASSERT_EQ(rates.size(), 2u);
   EXPECT_EQ(rates[0].first, 1);
   EXPECT_EQ(rates[1].first, 2);
