@@ -139,8 +139,7 @@ void RoutedExpertsGpu::measure_gpu_rates(int64_t l) {
   float* dx = d_cpu_out_.as<float>();
   MOE_CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
   std::vector<const void*> ptrs(static_cast<size_t>(3 * K));
-  std::vector<int32_t> rows(static_cast<size_t>(K), 0);  // every item reads token row 0
-  MOE_CUDA_CHECK(cudaMemcpy(dr_.x_rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+  // dr_.x_rows maps item i to token i / K: the first K items all read row 0, as wanted here.
   std::vector<double> per_item;
   const int64_t sets = staging_slots_ / K;
   for (int64_t r = 0; r <= 2 * sets; ++r) {
@@ -160,11 +159,6 @@ void RoutedExpertsGpu::measure_gpu_rates(int64_t l) {
     MOE_CUDA_CHECK(cudaEventSynchronize(b.get()));
     if (r > 0) per_item.push_back(elapsed_us(a, b) / static_cast<double>(K));
   }
-  // Restore the one-token-per-K-items row map that run_on_device() relies on.
-  for (int64_t i = 0; i < K; ++i) rows[static_cast<size_t>(i)] = 0;
-  std::vector<int32_t> x_rows(static_cast<size_t>(kDeviceRoutingMaxTokens * K));
-  for (size_t i = 0; i < x_rows.size(); ++i) x_rows[i] = static_cast<int32_t>(i / K);
-  MOE_CUDA_CHECK(cudaMemcpy(dr_.x_rows, x_rows.data(), x_rows.size() * 4, cudaMemcpyHostToDevice));
   cal_.gpu_us_per_expert = median(per_item);
 }
 

@@ -375,11 +375,14 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   group_of_.assign(static_cast<size_t>(n * K), -1);
   count_.assign(static_cast<size_t>(X), 0);
   int64_t total = 0;
+  const bool decode = n <= kDeviceRoutingMaxTokens;  // counted apart for the decode bound
+  if (decode) stats_.decode += static_cast<uint64_t>(n * K);
   for (int64_t i = 0; i < n * K; ++i) {
     const int32_t e = rids_[static_cast<size_t>(i)];
     // A miss copied this visit (into the pool or a staging slot) counts as streamed.
     const bool resident =
         !staged_[static_cast<size_t>(e)].gate && residency_->find(l, e) != nullptr;
+    if (resident && decode) ++stats_.decode_resident;
     if (resident || stream_all || gpu_copy(l, e)) {
       ++(resident ? stats_.resident : stats_.streamed);
       group_of_[static_cast<size_t>(i)] = e;
@@ -391,13 +394,6 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     }
   }
 
-  if (n <= kDeviceRoutingMaxTokens) {  // a decode visit: for the decode bound's hit share
-    stats_.decode += static_cast<uint64_t>(n * K);
-    for (int64_t i = 0; i < n * K; ++i) {
-      const int32_t e = rids_[static_cast<size_t>(i)];
-      if (!staged_[static_cast<size_t>(e)].gate && residency_->find(l, e)) ++stats_.decode_resident;
-    }
-  }
   cpu_experts_->note_split(l, n, total, static_cast<int64_t>(cpu_items_.size()));
   // The CPU's share starts now: on the runner thread it computes while this thread enqueues the
   // GPU's share (and the caller the next layer's attention).

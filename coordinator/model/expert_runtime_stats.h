@@ -42,7 +42,7 @@ struct ExpertRuntimeStats {
 // time per expert. The hand-off term is left out (it is ours to minimise, not the machine's).
 struct DecodeBound {
   double tok_s = 0;  // 0: a rate or the decode share is unknown
-  double h = 0, miss_gbps = 0;
+  double h = 0, cpu_gbps = 0, miss_gbps = 0;
 };
 DecodeBound decode_bound(const ExpertRuntimeStats& s);
 // "76.1 tok/s = 33% of the decode bound 230 tok/s (h 0.59; dense 0.82 GB and experts 1.10 GB
