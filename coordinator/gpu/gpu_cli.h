@@ -80,6 +80,9 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
                "measure PCIe bandwidth and the GPU's and CPU's time per expert again at start "
                "(default: the cached figures for this machine and model, in "
                "$MOE_CACHE_DIR or ~/.cache/moe-runtime/calibration.json, measured once)");
+  app.add_flag("--no-cuda-graphs{false}", o.cuda_graphs,
+               "launch a decode step's kernels one by one (default: a step whose experts are all "
+               "in VRAM replays a CUDA graph)");
   app.add_flag("--no-mmap", o.no_mmap,
                "read the model into memory instead of mapping it; with -ngl and CPU-homed "
                "experts it is page-locked, and prefill batches of 32+ tokens then stream those "

@@ -53,6 +53,10 @@ struct GpuOptions {
   // --recalibrate: measure the machine's rates (PCIe, GPU and CPU time per expert) at start even
   // when the calibration cache holds them for this machine and model.
   bool recalibrate = false;
+  // Decode steps whose experts are all routed on the GPU (every expert in VRAM) replay one CUDA
+  // graph per sequence instead of launching ~20 kernels per layer; --no-cuda-graphs launches them
+  // one by one (llama.cpp: GGML_CUDA_DISABLE_GRAPHS).
+  bool cuda_graphs = true;
   // Context per sequence the KV cache is sized for when the pool is sized automatically.
   int64_t n_ctx = 4096;
 };

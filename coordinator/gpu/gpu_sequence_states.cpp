@@ -109,6 +109,7 @@ GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache)
 }
 
 void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache, GgmlType kt, GgmlType vt) {
+  ++s.generation_;    // even when an allocation below throws, the old addresses are gone
   s.layers_.clear();  // free before allocating, so the budget sees only the new size
   s.ctx_ = (cache.n_ctx() + 255) / 256 * 256;
   s.k_type_ = kt;

@@ -31,6 +31,9 @@ class GpuSequenceStates {
    public:
     const cuda::DeviceKvLayer& kv(int64_t layer) const;  // throws for a recurrent layer
     RecurrentView recurrent(int64_t layer);              // throws for an attention layer
+    // Changes whenever the slot's buffers are (re)allocated: work recorded against the old
+    // addresses (a CUDA graph) must be recorded again.
+    uint64_t generation() const { return generation_; }
 
    private:
     friend class GpuSequenceStates;
@@ -44,6 +47,7 @@ class GpuSequenceStates {
     uint64_t last_use_ = 0;
     int64_t ctx_ = 0;
     GgmlType k_type_ = GgmlType::F16, v_type_ = GgmlType::F16;
+    uint64_t generation_ = 0;
     int cur_ = 0;       // the committed recurrent buffer
     bool zero_ = true;  // the committed recurrent state is all zeros
     std::vector<Layer> layers_;

@@ -48,6 +48,8 @@ Qwen3MoeGpu::Qwen3MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
   MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
   io_ = std::make_unique<TokenIoGpu>(budget_, f, E, V, cfg_.rms_eps);
+  d_pos_ = budget_.allocate(sizeof(int32_t), VramUse::Scratch, "decode position");
+  h_pos_.reserve(sizeof(int32_t));
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -105,6 +107,87 @@ void Qwen3MoeGpu::ensure_scratch(int64_t n) {
   io_->reserve(n);
   experts_->reserve(n);
   scratch_tokens_ = n;
+  ++scratch_epoch_;
+}
+
+void Qwen3MoeGpu::enqueue_layers(int64_t n, int64_t pos0, const int32_t* device_pos0,
+                                 GpuSequenceStates::Slot& seq, const model::ForwardHooks* hooks) {
+  const int64_t E = cfg_.n_embd;
+  const float eps = cfg_.rms_eps;
+  float* x = d_x_.as<float>();
+  float* xn = d_xn_.as<float>();
+  float* q = d_q_.as<float>();
+  float* k = d_k_.as<float>();
+  float* v = d_v_.as<float>();
+  std::vector<float> l_out;
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    experts_->prefetch(l, n);  // a prefill's expert copies overlap the attention
+    cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
+    cuda::matmul(L.wq, xn, n, q, stream_);
+    cuda::matmul(L.wk, xn, n, k, stream_);
+    cuda::matmul(L.wv, xn, n, v, stream_);
+    attend(cfg_, {L.n_head, L.n_head_kv}, seq.kv(l), q, k, v, L.q_norm.as<float>(),
+           L.k_norm.as<float>(), n, pos0, budget_, d_attn_ws_, d_attn_.as<float>(), stream_,
+           device_pos0);
+    cuda::matmul(L.wo, d_attn_.as<float>(), n, d_tmp_.as<float>(), stream_);
+    cuda::add_inplace(x, d_tmp_.as<float>(), n * E, stream_);
+
+    cuda::rmsnorm(x, L.ffn_norm.as<float>(), xn, n, E, eps, stream_);
+    cuda::matmul(L.router, xn, n, d_rlogits_.as<float>(), stream_);
+    experts_->run(l, n, xn, d_rlogits_.as<float>(), x, pos0, hooks, stream_);
+
+    if (hooks && hooks->observe_layer) {
+      l_out.resize(static_cast<size_t>(n * E));
+      MOE_CUDA_CHECK(
+          cudaMemcpyAsync(l_out.data(), x, l_out.size() * 4, cudaMemcpyDeviceToHost, stream_));
+      MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      hooks->observe_layer(experts_->trace(l, pos0, n, l_out.data()));
+    }
+  }
+}
+
+void Qwen3MoeGpu::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq,
+                                 float* logits) {
+  float* x = d_x_.as<float>();
+  float* xn = d_xn_.as<float>();
+  // The step's inputs enter outside the graph: its embedding row and its position.
+  io_->embed(std::span<const int32_t>(&token, 1), x, stream_);
+  *h_pos_.get<int32_t>() = static_cast<int32_t>(pos0);
+  MOE_CUDA_CHECK(cudaMemcpyAsync(d_pos_.get(), h_pos_.get(), sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+
+  // The attention scratch for any position, grown before recording (no allocation may happen
+  // inside a capture); moving it invalidates every graph.
+  size_t ws = 0;
+  for (const Layer& L : layers_) {
+    ws = std::max(ws, attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv}, 1, pos0, true));
+  }
+  if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
+
+  DecodeGraph* g = nullptr;
+  for (auto& c : graphs_) {
+    if (c->slot == &seq) g = c.get();
+  }
+  if (!g) g = graphs_.emplace_back(std::make_unique<DecodeGraph>()).get();
+  const auto* pos = d_pos_.as<int32_t>();
+  if (!g->graph.ready() || g->slot != &seq || g->slot_generation != seq.generation() ||
+      g->scratch_epoch != scratch_epoch_ || g->attention_ws != d_attn_ws_.get()) {
+    g->graph.reset();
+    // Recording runs the host side of every layer once (the experts' accounting included).
+    g->graph.capture(stream_, [&] {
+      enqueue_layers(1, pos0, pos, seq, nullptr);
+      io_->head_row(x, xn, stream_);
+    });
+    g->slot = &seq;
+    g->slot_generation = seq.generation();
+    g->scratch_epoch = scratch_epoch_;
+    g->attention_ws = d_attn_ws_.get();
+  } else {
+    experts_->count_device_step(1);
+  }
+  g->graph.launch(stream_);
+  io_->copy_head_row(logits, stream_);
 }
 
 void Qwen3MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, model::LogitsMode mode,
@@ -115,43 +198,16 @@ void Qwen3MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, model
   GpuSequenceStates::Slot& seq = seqs_.acquire(cache);
   ensure_scratch(n);
   const int64_t pos0 = cache.n_past();
-  const int64_t E = cfg_.n_embd;
-  const float eps = cfg_.rms_eps;
   try {
-    float* x = d_x_.as<float>();
-    float* xn = d_xn_.as<float>();
-    float* q = d_q_.as<float>();
-    float* k = d_k_.as<float>();
-    float* v = d_v_.as<float>();
-    io_->embed(tokens, x, stream_);
-    std::vector<float> l_out;
-    for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-      const Layer& L = layers_[static_cast<size_t>(l)];
-      experts_->prefetch(l, n);  // a prefill's expert copies overlap the attention
-      cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
-      cuda::matmul(L.wq, xn, n, q, stream_);
-      cuda::matmul(L.wk, xn, n, k, stream_);
-      cuda::matmul(L.wv, xn, n, v, stream_);
-      attend(cfg_, {L.n_head, L.n_head_kv}, seq.kv(l), q, k, v, L.q_norm.as<float>(),
-             L.k_norm.as<float>(), n, pos0, budget_, d_attn_ws_, d_attn_.as<float>(), stream_);
-      cuda::matmul(L.wo, d_attn_.as<float>(), n, d_tmp_.as<float>(), stream_);
-      cuda::add_inplace(x, d_tmp_.as<float>(), n * E, stream_);
-
-      cuda::rmsnorm(x, L.ffn_norm.as<float>(), xn, n, E, eps, stream_);
-      cuda::matmul(L.router, xn, n, d_rlogits_.as<float>(), stream_);
-      experts_->run(l, n, xn, d_rlogits_.as<float>(), x, pos0, hooks, stream_);
-
-      if (hooks && hooks->observe_layer) {
-        l_out.resize(static_cast<size_t>(n * E));
-        MOE_CUDA_CHECK(
-            cudaMemcpyAsync(l_out.data(), x, l_out.size() * 4, cudaMemcpyDeviceToHost, stream_));
-        MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        hooks->observe_layer(experts_->trace(l, pos0, n, l_out.data()));
-      }
+    if (opt_.cuda_graphs && n == 1 && experts_->step_on_device(n, hooks)) {
+      decode_graphed(tokens[0], pos0, seq, logits);
+    } else {
+      io_->embed(tokens, d_x_.as<float>(), stream_);
+      enqueue_layers(n, pos0, nullptr, seq, hooks);
+      experts_->finish();
+      io_->logits(d_x_.as<float>(), mode == model::LogitsMode::All ? 0 : n - 1, n,
+                  d_xn_.as<float>(), logits, stream_);
     }
-
-    experts_->finish();
-    io_->logits(x, mode == model::LogitsMode::All ? 0 : n - 1, n, xn, logits, stream_);
     MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   } catch (...) {
     experts_->abandon();  // a CPU share still running reads the staging buffers too

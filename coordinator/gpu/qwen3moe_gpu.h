@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/gpu/cuda_graph.h"
 #include "coordinator/gpu/gpu_options.h"
 #include "coordinator/gpu/gpu_sequence_states.h"
+#include "coordinator/gpu/pinned_buffer.h"
 #include "coordinator/gpu/routed_experts_gpu.h"
 #include "coordinator/gpu/token_io_gpu.h"
 #include "coordinator/gpu/vram_budget.h"
@@ -50,8 +52,25 @@ class Qwen3MoeGpu final : public model::ModelArch {
     cuda::DeviceMatrix wq, wk, wv, wo, router;
     int64_t n_head = 0, n_head_kv = 0;
   };
+  // A decode step replayed from a CUDA graph, and what it was recorded against: a graph holds
+  // device addresses, so a change of the sequence's buffers or of the scratch records it again.
+  struct DecodeGraph {
+    CudaGraph graph;
+    const GpuSequenceStates::Slot* slot = nullptr;
+    uint64_t slot_generation = 0;
+    uint64_t scratch_epoch = 0;
+    const void* attention_ws = nullptr;  // an eager step may move it without an epoch
+  };
+
   void ensure_scratch(int64_t n_tokens);
   float* scratch(VramBuffer& b, size_t floats, const char* what);
+  // Every layer of an n-token batch at pos0 (device_pos0: read on the device instead, for a
+  // graph), enqueued on stream_.
+  void enqueue_layers(int64_t n, int64_t pos0, const int32_t* device_pos0,
+                      GpuSequenceStates::Slot& seq, const model::ForwardHooks* hooks);
+  // A one-token step with every expert routed on the device, from the slot's graph (recorded
+  // first when it has none or its buffers changed).
+  void decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq, float* logits);
 
   model::ModelConfig cfg_;
   GpuOptions opt_;
@@ -68,6 +87,12 @@ class Qwen3MoeGpu final : public model::ModelArch {
   // Device scratch, grow-only.
   int64_t scratch_tokens_ = 0;
   VramBuffer d_x_, d_xn_, d_q_, d_k_, d_v_, d_attn_, d_tmp_, d_rlogits_, d_attn_ws_;
+  uint64_t scratch_epoch_ = 0;  // bumped whenever a scratch buffer above moves
+
+  // Decode graphs, one per sequence slot; the position they read comes from d_pos_.
+  std::vector<std::unique_ptr<DecodeGraph>> graphs_;
+  VramBuffer d_pos_;
+  PinnedBuffer h_pos_;
 };
 
 }  // namespace moe::gpu

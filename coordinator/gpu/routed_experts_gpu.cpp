@@ -197,17 +197,14 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
   if (n > reserved_) throw Error("RoutedExpertsGpu: batch larger than reserved");
   // The previous layer's CPU share: its buffers are reused below, and its error surfaces here.
   join_runner();
-  if (l == 0) residency_->tick(n);  // a forward's tokens: the clock routing scores decay with
   if (routes_on_device(l, n, hooks)) {
     cuda::router_topk(rlogits, n, cfg_.n_expert, cfg_.n_expert_used, dr_.probs, dr_.ids,
                       dr_.weights, stream);
     run_on_device(l, n, xn, out, stream);
-    stats_.resident += static_cast<uint64_t>(n * cfg_.n_expert_used);
-    stats_.decode += static_cast<uint64_t>(n * cfg_.n_expert_used);
-    stats_.decode_resident += static_cast<uint64_t>(n * cfg_.n_expert_used);
-    cpu_experts_->note_split(l, n, n * cfg_.n_expert_used, 0);
+    count_device_layer(l, n);
     return;
   }
+  if (l == 0) residency_->tick(n);  // a forward's tokens: the clock routing scores decay with
   const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used;
   float* hl = h_rlogits_.get<float>();
   MOE_CUDA_CHECK(
@@ -230,6 +227,25 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
   model::route_batch(hl, n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(), rids_.data(),
                      rweights_.data());
   run_split(l, n, xn, out, stream);
+}
+
+void RoutedExpertsGpu::count_device_layer(int64_t l, int64_t n) {
+  if (l == 0) residency_->tick(n);
+  stats_.resident += static_cast<uint64_t>(n * cfg_.n_expert_used);
+  stats_.decode += static_cast<uint64_t>(n * cfg_.n_expert_used);
+  stats_.decode_resident += static_cast<uint64_t>(n * cfg_.n_expert_used);
+  cpu_experts_->note_split(l, n, n * cfg_.n_expert_used, 0);
+}
+
+bool RoutedExpertsGpu::step_on_device(int64_t n, const model::ForwardHooks* hooks) const {
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    if (!routes_on_device(l, n, hooks)) return false;
+  }
+  return true;
+}
+
+void RoutedExpertsGpu::count_device_step(int64_t n) {
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) count_device_layer(l, n);
 }
 
 bool RoutedExpertsGpu::routes_on_device(int64_t l, int64_t n,

@@ -51,6 +51,14 @@ class RoutedExpertsGpu {
   void run(int64_t layer, int64_t n, const float* xn, const float* router_logits, float* out,
            int64_t pos0, const model::ForwardHooks* hooks, cudaStream_t stream);
 
+  // True when every layer of an n-token step routes and computes its experts on the device
+  // (all have VRAM copies, no host hooks): the step then enqueues no host round trip and can be
+  // captured in a CUDA graph.
+  bool step_on_device(int64_t n, const model::ForwardHooks* hooks) const;
+  // For a step replayed from a graph (run() ran at capture only): the host-side accounting
+  // run() does for every device-routed layer of an n-token step.
+  void count_device_step(int64_t n);
+
   // Waits for the last layer's CPU share and rethrows its error: call at the end of a forward,
   // and before the stream is synchronised after an error.
   void finish();
@@ -75,6 +83,7 @@ class RoutedExpertsGpu {
 
  private:
   bool routes_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
+  void count_device_layer(int64_t layer, int64_t n);
   void run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
   // gate, up, SwiGLU and down of `items` items of one token row each (item i reads row
   // dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.

@@ -48,4 +48,14 @@ void TokenIoGpu::logits(const float* x, int64_t first, int64_t n, float* xn, flo
   }
 }
 
+void TokenIoGpu::head_row(const float* x_row, float* xn, cudaStream_t stream) {
+  cuda::rmsnorm(x_row, norm_.as<float>(), xn, 1, n_embd_, eps_, stream);
+  cuda::matmul(head_, xn, 1, d_logits_.as<float>(), stream);
+}
+
+void TokenIoGpu::copy_head_row(float* logits, cudaStream_t stream) {
+  MOE_CUDA_CHECK(cudaMemcpyAsync(logits, d_logits_.get(), static_cast<size_t>(n_vocab_) * 4,
+                                 cudaMemcpyDeviceToHost, stream));
+}
+
 }  // namespace moe::gpu

@@ -28,6 +28,11 @@ class TokenIoGpu {
   // (n - first) * n_embd floats. Enqueued: the caller synchronizes before reading them.
   void logits(const float* x, int64_t first, int64_t n, float* xn, float* logits,
               cudaStream_t stream);
+  // logits() of one row in two parts, so the first can be captured in a CUDA graph (a copy to
+  // pageable host memory cannot): the final norm and the output head of x_row [n_embd] into
+  // device scratch (xn: n_embd floats), then the copy of those logits to the host.
+  void head_row(const float* x_row, float* xn, cudaStream_t stream);
+  void copy_head_row(float* logits, cudaStream_t stream);
 
  private:
   int64_t n_embd_, n_vocab_;

@@ -29,12 +29,37 @@ constexpr int kMinSplitPositions = 64;
 constexpr int kMaxSplits = 256;
 constexpr int kSplitAlign = 32;  // split lengths are whole tiles for every tile size
 
+// The first position of a batch: the host's value, or a device int32 read when the kernel runs
+// (one CUDA graph then serves every decode step). A device value that would put the batch outside
+// [0, n_ctx) is refused on the device (-1: nothing is written or read).
+__device__ __forceinline__ int64_t batch_pos0(const int32_t* device_pos0, int64_t pos0,
+                                              int64_t n_tokens, int64_t n_ctx) {
+  if (!device_pos0) return pos0;
+  const int64_t p = *device_pos0;
+  return p >= 0 && p + n_tokens <= n_ctx ? p : -1;
+}
+
+// Positions per grid.z slice for n_kv visible positions and at most `bound` slices: as few
+// slices as fill the GPU, none shorter than kMinSplitPositions, whole tiles. Host and device
+// compute it alike, so a graph's fixed grid (bound slices, the tail ones empty) gives the same
+// partial results as an eager launch of exactly the slices needed.
+__host__ __device__ inline int64_t split_length(int64_t n_kv, int64_t bound) {
+  int64_t n = (n_kv + kMinSplitPositions - 1) / kMinSplitPositions;
+  n = n < bound ? n : bound;
+  n = n > 1 ? n : 1;
+  const int64_t len = (n_kv + n - 1) / n;
+  return (len + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+}
+
 // ---- KV store -----------------------------------------------------------------------------------
 
 // F32 / F16 rows: one thread per element.
 __global__ void kv_store_plain_kernel(uint8_t* base, size_t row_bytes, int code, int64_t elems,
                                       const float* __restrict__ src, int64_t n_tokens,
-                                      int64_t pos0) {
+                                      int64_t pos0_host, const int32_t* device_pos0,
+                                      int64_t n_ctx) {
+  const int64_t pos0 = batch_pos0(device_pos0, pos0_host, n_tokens, n_ctx);
+  if (pos0 < 0) return;
   for (int64_t i = grid_index(); i < n_tokens * elems; i += grid_stride()) {
     const int64_t t = i / elems, e = i % elems;
     uint8_t* row = base + (pos0 + t) * static_cast<int64_t>(row_bytes);
@@ -50,7 +75,9 @@ __global__ void kv_store_plain_kernel(uint8_t* base, size_t row_bytes, int code,
 // (1/d))), so the bytes equal the CPU cache's.
 __global__ void kv_store_q8_0_kernel(uint8_t* base, size_t row_bytes, int64_t elems,
                                      const float* __restrict__ src, int64_t n_tokens,
-                                     int64_t pos0) {
+                                     int64_t pos0_host, const int32_t* device_pos0, int64_t n_ctx) {
+  const int64_t pos0 = batch_pos0(device_pos0, pos0_host, n_tokens, n_ctx);
+  if (pos0 < 0) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t blocks_per_row = elems / 32;
   const int64_t n_blocks = n_tokens * blocks_per_row;
@@ -79,12 +106,13 @@ struct AttnArgs {
   int64_t q_stride;
   float* out;
   int64_t n_tokens, pos0;
+  const int32_t* device_pos0;  // null: pos0
+  int64_t n_ctx;
   int n_head, group, hd_k, hd_v;
   float scale;
-  int64_t split_len;  // positions per grid.z slice
-  int n_split;
-  float* part_acc;  // [n_split][n_tokens * n_head][hd_v] when n_split > 1
-  float* part_ml;   // [n_split][n_tokens * n_head][2]: running max, sum
+  int split_bound;  // split_length()'s bound; the grid has gridDim.z <= split_bound slices
+  float* part_acc;  // [gridDim.z][n_tokens * n_head][hd_v] when gridDim.z > 1
+  float* part_ml;   // [gridDim.z][n_tokens * n_head][2]: running max, sum
 };
 
 // Element idx of a cache row, decoded exactly as the CPU's dequantize_row.
@@ -168,11 +196,16 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
   const bool active = qi < n_q;
   const int64_t t = active ? qi / a.group : 0;
   const int h = hk * a.group + static_cast<int>(active ? qi % a.group : 0);
-  const int64_t n_vis = a.pos0 + t + 1;  // causal: positions [0, pos0 + t]
-  // Positions any query of the block sees, cut to this split's range.
+  // A refused device position reads nothing (p_end <= 0); the outputs are then meaningless but
+  // every access stays in bounds.
+  const int64_t pos0 = batch_pos0(a.device_pos0, a.pos0, a.n_tokens, a.n_ctx);
+  const int64_t n_vis = pos0 + t + 1;  // causal: positions [0, pos0 + t]
+  const int64_t split_len = split_length(pos0 + a.n_tokens, a.split_bound);
+  // Positions any query of the block sees, cut to this split's range (empty for the tail slices
+  // of a graph's fixed grid: their partials are m = -inf, l = 0, which the merge weighs 0).
   const int64_t t_last = (std::min(n_q, q0 + kAttnWarps) - 1) / a.group;
-  const int64_t p_begin = static_cast<int64_t>(blockIdx.z) * a.split_len;
-  const int64_t p_end = std::min(p_begin + a.split_len, a.pos0 + t_last + 1);
+  const int64_t p_begin = static_cast<int64_t>(blockIdx.z) * split_len;
+  const int64_t p_end = std::min(p_begin + split_len, pos0 + t_last + 1);
   // q·k runs over whole float4s: q and the K rows are zero-padded to a multiple of 4.
   const int hd4_k = (a.hd_k + 3) / 4 * 4;
 
@@ -261,7 +294,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
   if (!active) return;
 
   const int64_t qidx = t * a.n_head + h;  // row of out / of the partials
-  if (a.n_split == 1) {
+  if (gridDim.z == 1) {
     float* o = a.out + qidx * a.hd_v;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
@@ -355,16 +388,17 @@ void check_positions(const DeviceKvLayer& kv, int64_t n_tokens, int64_t pos0, co
 }
 
 void launch_kv_store(GgmlType type, void* base, size_t row_bytes, int64_t elems, const float* src,
-                     int64_t n_tokens, int64_t pos0, cudaStream_t stream) {
+                     int64_t n_tokens, int64_t pos0, const int32_t* device_pos0, int64_t n_ctx,
+                     cudaStream_t stream) {
   auto* b = static_cast<uint8_t*>(base);
   const int code = kv_code(type, "kv_store");
   if (code == kKvQ8_0) {
     const int64_t threads = n_tokens * (elems / 32) * 32;
-    kv_store_q8_0_kernel<<<elem_blocks(threads), kElemThreads, 0, stream>>>(b, row_bytes, elems,
-                                                                            src, n_tokens, pos0);
+    kv_store_q8_0_kernel<<<elem_blocks(threads), kElemThreads, 0, stream>>>(
+        b, row_bytes, elems, src, n_tokens, pos0, device_pos0, n_ctx);
   } else {
     kv_store_plain_kernel<<<elem_blocks(n_tokens * elems), kElemThreads, 0, stream>>>(
-        b, row_bytes, code, elems, src, n_tokens, pos0);
+        b, row_bytes, code, elems, src, n_tokens, pos0, device_pos0, n_ctx);
   }
   MOE_CUDA_CHECK(cudaGetLastError());
 }
@@ -390,30 +424,31 @@ int sm_count() {
 }
 
 struct Plan {
-  int n_split = 1;
-  int64_t split_len = 0;
+  int split_bound = 1;  // split_length()'s bound
+  int n_split = 1;      // grid.z
   size_t workspace = 0;
 };
 
 // Splits the positions only when the query blocks alone would leave most SMs idle, and never into
-// ranges shorter than kMinSplitPositions.
+// ranges shorter than kMinSplitPositions. With a device position the grid takes the most slices
+// any position could need (the kernel finds the length from the position it reads).
 Plan plan_attention(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
-                    int64_t head_dim_v) {
+                    int64_t head_dim_v, bool device_pos0) {
   Plan plan;
-  const int64_t n_kv = pos0 + n_tokens;
   const int64_t group = n_head / n_head_kv;
   const int64_t base_blocks = (n_tokens * group + kAttnWarps - 1) / kAttnWarps * n_head_kv;
   const int64_t target = 4 * static_cast<int64_t>(sm_count());
-  int64_t n_split = 1;
   if (base_blocks < target) {
-    n_split = std::min((target + base_blocks - 1) / base_blocks,
-                       (n_kv + kMinSplitPositions - 1) / kMinSplitPositions);
-    n_split = std::clamp<int64_t>(n_split, 1, kMaxSplits);
+    plan.split_bound = static_cast<int>(
+        std::clamp<int64_t>((target + base_blocks - 1) / base_blocks, 1, kMaxSplits));
   }
-  int64_t len = (n_kv + n_split - 1) / n_split;
-  len = (len + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-  plan.split_len = len;
-  plan.n_split = static_cast<int>((n_kv + len - 1) / len);
+  if (device_pos0) {
+    plan.n_split = plan.split_bound;
+  } else {
+    const int64_t n_kv = pos0 + n_tokens;
+    const int64_t len = split_length(n_kv, plan.split_bound);
+    plan.n_split = static_cast<int>((n_kv + len - 1) / len);
+  }
   if (plan.n_split > 1) {
     const auto entries = static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_tokens) *
                          static_cast<size_t>(n_head);
@@ -451,10 +486,11 @@ void check_attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, 
 }
 
 template <int DPL, int P>
-void launch_attention_kernel(const AttnArgs& a, int64_t n_head_kv, cudaStream_t stream) {
+void launch_attention_kernel(const AttnArgs& a, int64_t n_head_kv, int n_split,
+                             cudaStream_t stream) {
   const int64_t n_q = a.n_tokens * a.group;
   const dim3 grid(static_cast<unsigned>((n_q + kAttnWarps - 1) / kAttnWarps),
-                  static_cast<unsigned>(n_head_kv), static_cast<unsigned>(a.n_split));
+                  static_cast<unsigned>(n_head_kv), static_cast<unsigned>(n_split));
   attention_kernel<DPL, P><<<grid, kAttnWarps * 32, 0, stream>>>(a);
   MOE_CUDA_CHECK(cudaGetLastError());
 }
@@ -462,31 +498,34 @@ void launch_attention_kernel(const AttnArgs& a, int64_t n_head_kv, cudaStream_t 
 }  // namespace
 
 void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n_tokens,
-              int64_t pos0, cudaStream_t stream) {
+              int64_t pos0, cudaStream_t stream, const int32_t* device_pos0) {
   check_kv(kv, "kv_store");
   check_positions(kv, n_tokens, pos0, "kv_store");
   if (n_tokens == 0) return;
   if (!k || !v) throw Error("kv_store: null device pointer");
-  launch_kv_store(kv.k_type, kv.k, kv.k_row_bytes, kv.k_elems, k, n_tokens, pos0, stream);
-  launch_kv_store(kv.v_type, kv.v, kv.v_row_bytes, kv.v_elems, v, n_tokens, pos0, stream);
+  launch_kv_store(kv.k_type, kv.k, kv.k_row_bytes, kv.k_elems, k, n_tokens, pos0, device_pos0,
+                  kv.n_ctx, stream);
+  launch_kv_store(kv.v_type, kv.v, kv.v_row_bytes, kv.v_elems, v, n_tokens, pos0, device_pos0,
+                  kv.n_ctx, stream);
 }
 
 size_t attention_workspace_bytes(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
-                                 int64_t head_dim_v) {
+                                 int64_t head_dim_v, bool device_pos0) {
   if (n_tokens < 1 || pos0 < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0 ||
       head_dim_v < 1) {
     return 0;
   }
-  return plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v).workspace;
+  return plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0).workspace;
 }
 
 void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
                int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
                int64_t head_dim_v, float scale, float* out, void* workspace, size_t workspace_bytes,
-               cudaStream_t stream) {
+               cudaStream_t stream, const int32_t* device_pos0) {
   check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out);
   if (n_tokens == 0) return;
-  const Plan plan = plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v);
+  const Plan plan =
+      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0 != nullptr);
   if (plan.workspace > 0 && (!workspace || workspace_bytes < plan.workspace)) {
     throw Error("attention: workspace of " + std::to_string(workspace_bytes) + " bytes, " +
                 std::to_string(plan.workspace) + " needed");
@@ -503,13 +542,14 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
   a.out = out;
   a.n_tokens = n_tokens;
   a.pos0 = pos0;
+  a.device_pos0 = device_pos0;
+  a.n_ctx = kv.n_ctx;
   a.n_head = static_cast<int>(n_head);
   a.group = static_cast<int>(n_head / n_head_kv);
   a.hd_k = static_cast<int>(head_dim_k);
   a.hd_v = static_cast<int>(head_dim_v);
   a.scale = scale;
-  a.split_len = plan.split_len;
-  a.n_split = plan.n_split;
+  a.split_bound = plan.split_bound;
   if (plan.n_split > 1) {
     a.part_acc = static_cast<float*>(workspace);
     a.part_ml = a.part_acc + static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_tokens) *
@@ -517,13 +557,13 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
   }
   const int64_t hd = std::max(head_dim_k, head_dim_v);
   if (hd <= 32) {
-    launch_attention_kernel<1, 32>(a, n_head_kv, stream);
+    launch_attention_kernel<1, 32>(a, n_head_kv, plan.n_split, stream);
   } else if (hd <= 64) {
-    launch_attention_kernel<2, 32>(a, n_head_kv, stream);
+    launch_attention_kernel<2, 32>(a, n_head_kv, plan.n_split, stream);
   } else if (hd <= 128) {
-    launch_attention_kernel<4, 32>(a, n_head_kv, stream);
+    launch_attention_kernel<4, 32>(a, n_head_kv, plan.n_split, stream);
   } else {
-    launch_attention_kernel<8, 16>(a, n_head_kv, stream);
+    launch_attention_kernel<8, 16>(a, n_head_kv, plan.n_split, stream);
   }
   if (plan.n_split > 1) {
     const int64_t n_q = n_tokens * n_head;
@@ -538,7 +578,8 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
                int64_t head_dim_v, float scale, float* out, cudaStream_t stream) {
   check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out);
   if (n_tokens == 0) return;
-  const size_t bytes = plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v).workspace;
+  const size_t bytes =
+      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, false).workspace;
   if (bytes == 0) {
     attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, scale,
               out, nullptr, 0, stream);

@@ -25,8 +25,11 @@ struct DeviceKvLayer {
 // converting to the cache types (F16 round-to-nearest-even; Q8_0 as ggml's
 // quantize_row_q8_0_ref: d = amax/127, q = roundf(x * (1/d)), d stored fp16), byte-identical to
 // coordinator/model/kv_cache.cpp. Throws moe::Error unless pos0 >= 0 and pos0 + n_tokens <= n_ctx.
+// With device_pos0 (a device int32) the positions start at the value it holds when the kernel
+// runs, so a captured CUDA graph serves every decode step; the host still validates `pos0` (the
+// position of this enqueue), and a device value outside [0, n_ctx - n_tokens] writes nothing.
 void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n_tokens,
-              int64_t pos0, cudaStream_t stream);
+              int64_t pos0, cudaStream_t stream, const int32_t* device_pos0 = nullptr);
 
 // Causal GQA attention, everything f32 inside: q [n_tokens, n_head * head_dim_k] (row stride
 // q_stride floats), token t at position pos0 + t attends to cache positions [0, pos0 + t]; query
@@ -40,15 +43,18 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
                int64_t head_dim_v, float scale, float* out, cudaStream_t stream);
 
 // Bytes of scratch attention() needs for these shapes on the current device (0 when it does not
-// split), for callers that bring their own (e.g. inside CUDA graphs or from an arena).
+// split), for callers that bring their own (e.g. inside CUDA graphs or from an arena). With
+// device_pos0 the size for any position (the grid is fixed at the most slices a position needs).
 size_t attention_workspace_bytes(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
-                                 int64_t head_dim_v);
+                                 int64_t head_dim_v, bool device_pos0 = false);
 
 // attention() with caller-provided scratch of at least attention_workspace_bytes() bytes
-// (workspace may be null when that is 0); throws moe::Error when it is too small.
+// (workspace may be null when that is 0); throws moe::Error when it is too small. With
+// device_pos0 the first position is read on the device as kv_store() describes (pos0 is still
+// validated on the host); results are bit-identical to a host pos0 of the same value.
 void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
                int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
                int64_t head_dim_v, float scale, float* out, void* workspace, size_t workspace_bytes,
-               cudaStream_t stream);
+               cudaStream_t stream, const int32_t* device_pos0 = nullptr);
 
 }  // namespace moe::cuda

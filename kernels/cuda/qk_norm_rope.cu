@@ -14,7 +14,7 @@ constexpr int kThreads = 128;  // rmsnorm.cu's: keeps the double sums in the sam
 
 __global__ void __launch_bounds__(kThreads)
     qk_norm_rope_kernel(QkHeads q, QkHeads k, int64_t head_dim, float eps, int64_t n_half,
-                        int64_t pos0, float theta_scale) {
+                        int64_t pos0_host, const int32_t* device_pos0, float theta_scale) {
   extern __shared__ float smem[];
   float* cs = smem;              // cos, sin of pair i at 2i, 2i+1
   float* y = smem + 2 * n_half;  // the normalised head
@@ -26,6 +26,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t h = is_q ? blockIdx.y : blockIdx.y - q.n_head;
   float* v = s.x + t * s.row_stride + h * head_dim;
 
+  // A device position (CUDA graphs) is read when the kernel runs.
+  const int64_t pos0 = device_pos0 ? *device_pos0 : pos0_host;
   const float pos = static_cast<float>(pos0 + t);
   for (int64_t i = threadIdx.x; i < n_half; i += kThreads) {
     float theta = pos;
@@ -77,7 +79,8 @@ void check_heads(const QkHeads& s, int64_t head_dim, const char* which) {
 }  // namespace
 
 void qk_norm_rope(const QkHeads& q, const QkHeads& k, int64_t n_tokens, int64_t head_dim, float eps,
-                  int64_t n_rot, int64_t pos0, float freq_base, cudaStream_t stream) {
+                  int64_t n_rot, int64_t pos0, float freq_base, cudaStream_t stream,
+                  const int32_t* device_pos0) {
   if (n_tokens < 0 || head_dim < 1 || head_dim > 4096 || pos0 < 0 || n_tokens > 0x7FFFFFFF) {
     throw Error("qk_norm_rope: invalid shape (n_tokens " + std::to_string(n_tokens) +
                 ", head_dim " + std::to_string(head_dim) + ", pos0 " + std::to_string(pos0) + ")");
@@ -96,7 +99,7 @@ void qk_norm_rope(const QkHeads& q, const QkHeads& k, int64_t n_tokens, int64_t 
   const size_t smem = static_cast<size_t>(n_rot + head_dim) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(q.n_head + k.n_head));
   qk_norm_rope_kernel<<<grid, kThreads, smem, stream>>>(q, k, head_dim, eps, n_half, pos0,
-                                                        theta_scale);
+                                                        device_pos0, theta_scale);
   MOE_CUDA_CHECK(cudaGetLastError());
 }
 

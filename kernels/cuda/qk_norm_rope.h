@@ -21,8 +21,10 @@ struct QkHeads {
 // (sum of squares in double), then dims i < n_rot/2 and i + n_rot/2 rotated by
 // theta_i = pos * powf(freq_base, -2/n_rot)^i (repeated float multiplication); dims >= n_rot are
 // only normalised; columns past n_head * head_dim are untouched. Throws moe::Error for bad
-// shapes or null pointers; enqueued on `stream`.
+// shapes or null pointers; enqueued on `stream`. With device_pos0 (a device int32) pos0 is the
+// value it holds when the kernel runs (one CUDA graph serves every decode step).
 void qk_norm_rope(const QkHeads& q, const QkHeads& k, int64_t n_tokens, int64_t head_dim, float eps,
-                  int64_t n_rot, int64_t pos0, float freq_base, cudaStream_t stream);
+                  int64_t n_rot, int64_t pos0, float freq_base, cudaStream_t stream,
+                  const int32_t* device_pos0 = nullptr);
 
 }  // namespace moe::cuda

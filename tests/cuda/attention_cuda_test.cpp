@@ -169,6 +169,25 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
   attention(c.kv, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_k,
             s.hd_v, scale, dout2.as<float>(), dws.get(), ws, nullptr);
   EXPECT_EQ(test::to_host<float>(dout2, static_cast<size_t>(out_n)), out);
+
+  // A position read on the device (CUDA graphs): the host passes 0, the device holds pos0. The
+  // batch's K/V rows land where the host-position store put them, and attention over the fixed
+  // grid for any position is bit-identical to the launch planned for this one.
+  const auto dpos = test::to_device(std::vector<int32_t>{static_cast<int32_t>(P.pos0)});
+  Cache c2 = make_cache(P.k_type, P.v_type, s, n_kv + 3);
+  if (P.pos0 > 0) kv_store(c2.kv, dk.as<float>(), dv.as<float>(), P.pos0, 0, nullptr);
+  kv_store(c2.kv, dk.as<float>() + P.pos0 * ke, dv.as<float>() + P.pos0 * ve, P.n_tokens, 0,
+           nullptr, dpos.as<int32_t>());
+  EXPECT_EQ(test::to_host<uint8_t>(c2.k, c.k.size()), test::to_host<uint8_t>(c.k, c.k.size()));
+  EXPECT_EQ(test::to_host<uint8_t>(c2.v, c.v.size()), test::to_host<uint8_t>(c.v, c.v.size()));
+  const size_t ws_dev =
+      attention_workspace_bytes(P.n_tokens, 0, s.n_head, s.n_head_kv, s.hd_v, /*device_pos0=*/true);
+  EXPECT_GE(ws_dev, ws);
+  cuda::DeviceBuffer dws3(ws_dev);
+  cuda::DeviceBuffer dout3(static_cast<size_t>(out_n) * sizeof(float));
+  attention(c2.kv, dq.as<float>(), q_stride, P.n_tokens, 0, s.n_head, s.n_head_kv, s.hd_k, s.hd_v,
+            scale, dout3.as<float>(), dws3.get(), ws_dev, nullptr, dpos.as<int32_t>());
+  EXPECT_EQ(test::to_host<float>(dout3, static_cast<size_t>(out_n)), out);
 }
 
 constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0;
@@ -195,6 +214,26 @@ std::vector<Param> params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Caches, AttentionCudaTest, ::testing::ValuesIn(params()), param_name);
+
+// A device position that would put the batch past the cache is refused on the device: nothing is
+// written (the bounds check is real, not the host's promise).
+TEST(AttentionCuda, DevicePositionOutsideTheCacheWritesNothing) {
+  MOE_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  const Shape s = kGqa4x2;
+  Cache c = make_cache(GgmlType::F16, GgmlType::Q8_0, s, 16);
+  const auto before_k = test::to_host<uint8_t>(c.k, c.k.size());
+  const auto before_v = test::to_host<uint8_t>(c.v, c.v.size());
+  const auto dk = test::to_device(test::random_floats(2 * c.kv.k_elems, rng));
+  const auto dv = test::to_device(test::random_floats(2 * c.kv.v_elems, rng));
+  for (const int32_t bad : {15, 16, 1 << 30, -1}) {
+    const auto dpos = test::to_device(std::vector<int32_t>{bad});
+    kv_store(c.kv, dk.as<float>(), dv.as<float>(), 2, 0, nullptr, dpos.as<int32_t>());
+    MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(test::to_host<uint8_t>(c.k, c.k.size()), before_k) << "device pos0 " << bad;
+    EXPECT_EQ(test::to_host<uint8_t>(c.v, c.v.size()), before_v) << "device pos0 " << bad;
+  }
+}
 
 // Host-side argument checks (no GPU needed: they throw before any CUDA call).
 TEST(AttentionCuda, RejectsBadArguments) {

@@ -62,6 +62,15 @@ TEST(QkNormRopeCuda, EqualsSeparateKernelsAndMatchesCpu) {
     EXPECT_EQ(std::memcmp(gq.data(), sq.data(), q.size() * sizeof(float)), 0) << what;
     EXPECT_EQ(std::memcmp(gk.data(), sk.data(), k.size() * sizeof(float)), 0) << what;
 
+    // The position read on the device (CUDA graphs; the host passes 0): the same bits.
+    const auto dq3 = test::to_device(q), dk3 = test::to_device(k);
+    const auto dpos = test::to_device(std::vector<int32_t>{static_cast<int32_t>(c.pos0)});
+    qk_norm_rope({dq3.as<float>(), qs, c.n_head, dqw.as<float>()},
+                 {dk3.as<float>(), ks, c.n_head_kv, dkw.as<float>()}, c.n_tokens, c.head_dim, eps,
+                 c.n_rot, 0, c.base, nullptr, dpos.as<int32_t>());
+    EXPECT_EQ(test::to_host<float>(dq3, q.size()), gq) << what << ", device position";
+    EXPECT_EQ(test::to_host<float>(dk3, k.size()), gk) << what << ", device position";
+
     // The CPU: RMSNorm per head, then RoPE; q's padding columns untouched.
     std::vector<float> wq = q, wk = k, cs(static_cast<size_t>(c.n_rot));
     for (int64_t t = 0; t < c.n_tokens; ++t) {
