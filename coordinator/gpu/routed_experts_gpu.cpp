@@ -275,11 +275,17 @@ void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn,
   float* dg = d_g_.as<float>();
   float* du = d_u_.as<float>();
   float* dh = d_h_.as<float>();
-  cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.ident, ig, dr_.x_rows,
-                       items, 1, xn, E, dg, stream);
-  cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes, dr_.up, dr_.ident, ig, dr_.x_rows,
-                       items, 1, xn, E, du, stream);
-  cuda::swiglu(dg, du, dh, items * F, stream);
+  if (cuda::fused_gate_up_supported(et.gate.type(), et.up.type(), E) &&
+      et.gate.row_bytes == et.up.row_bytes) {
+    cuda::grouped_gate_up_swiglu(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.up,
+                                 dr_.ident, ig, dr_.x_rows, xn, E, dh, stream);
+  } else {
+    cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.ident, ig,
+                         dr_.x_rows, items, 1, xn, E, dg, stream);
+    cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes, dr_.up, dr_.ident, ig, dr_.x_rows,
+                         items, 1, xn, E, du, stream);
+    cuda::swiglu(dg, du, dh, items * F, stream);
+  }
   cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes, dr_.down, dr_.ident, ig, dr_.ident,
                        items, 1, dh, F, d_y_.as<float>(), stream);
 }

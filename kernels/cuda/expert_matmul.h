@@ -29,4 +29,21 @@ void grouped_matmul(GgmlType type, int64_t n_in, int64_t n_out, size_t row_bytes
                     const int32_t* x_rows, int64_t total_rows, int64_t max_rows_per_group,
                     const float* x, int64_t x_stride, float* y, cudaStream_t stream);
 
+// Whether grouped_gate_up_swiglu() takes these expert weights: Q4_K gate and up, n_in a multiple
+// of 256 up to 12288 (the activation row is staged in shared memory).
+bool fused_gate_up_supported(GgmlType gate, GgmlType up, int64_t n_in);
+
+// A MoE layer's gate, up and SwiGLU in one launch, made for decode items (groups of one row; more
+// rows are walked one by one): for each row j of group g (offsets[g] <= j < offsets[g+1]),
+//   h[j * n_out + o] = silu(G_g[o] · x_j) * (U_g[o] · x_j),  x_j = x + x_rows[j] * x_stride,
+// silu(v) = v / (1 + exp(-v)), G_g = gate_ptrs[g], U_g = up_ptrs[g] (device arrays of device
+// pointers; a null pointer gives NaN rows). The same products as grouped_matmul() on gate and on up
+// followed by swiglu(), without the two intermediate arrays and two of the three launches. Both
+// matrices share type, n_in, n_out and row_bytes. Throws moe::Error for unsupported or invalid
+// arguments.
+void grouped_gate_up_swiglu(GgmlType type, int64_t n_in, int64_t n_out, size_t row_bytes,
+                            const void* const* gate_ptrs, const void* const* up_ptrs,
+                            const int32_t* offsets, int32_t n_items, const int32_t* x_rows,
+                            const float* x, int64_t x_stride, float* h, cudaStream_t stream);
+
 }  // namespace moe::cuda

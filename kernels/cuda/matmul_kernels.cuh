@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dequant_device.cuh"
@@ -312,6 +313,10 @@ __global__ void __launch_bounds__(kTileThreads) gemm_tiled_kernel(Args a) {
 
 namespace moe::cuda::detail {
 
+// Q4_K with one activation row per group, the activation row staged in shared memory
+// (gemv_q4k.cu); false (nothing launched) for rows too long to stage.
+bool launch_gemv_q4k(const Args& a, unsigned n_groups, cudaStream_t stream);
+
 template <class Dec>
 void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
   Args a{};
@@ -328,6 +333,9 @@ void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
   a.y = p.y;
   a.x_vec4 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride % 4 == 0;
   const unsigned n_groups = p.offsets ? static_cast<unsigned>(p.n_groups) : 1u;
+  if constexpr (std::is_same_v<Dec, dq::Q4_K>) {
+    if (p.max_rows_per_group == 1 && launch_gemv_q4k(a, n_groups, stream)) return;
+  }
   if (p.max_rows_per_group <= 8) {
     const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kGemvRows)), n_groups);
     if (p.max_rows_per_group == 1) {

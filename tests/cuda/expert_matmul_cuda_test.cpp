@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/expert_matmul.h"
 #include "tests/cuda/gpu_test_env.h"
 #include "tests/random_blocks.h"
@@ -155,6 +156,96 @@ TEST(GroupedMatmulCuda, NullGroupPointerGivesNanRowsAndLeavesOthersCorrect) {
   }
 }
 
+// The fused decode gate/up/SwiGLU against a double reference, and against the separate products
+// plus swiglu() on the GPU; a null up pointer gives NaN rows for its item only.
+TEST(GroupedMatmulCuda, FusedGateUpSwigluMatchesSeparateProducts) {
+  MOE_REQUIRE_GPU();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const GgmlType type = GgmlType::Q4_K;
+  const int64_t n_out = 67;  // odd: a block's last warps idle
+  const int32_t n_items = 6, null_item = 4;
+  for (const int64_t n_in : {512, 2304}) {  // 2304: more 64-weight halves than a warp's lanes
+    SCOPED_TRACE("n_in " + std::to_string(n_in));
+    ASSERT_TRUE(fused_gate_up_supported(type, type, n_in));
+    const size_t row_bytes = static_cast<size_t>(*ggml_row_bytes(type, n_in));
+    // Matrices 0 .. 2 * n_items - 1: item i's gate is 2i, its up 2i + 1.
+    std::vector<uint8_t> wbytes;
+    std::vector<float> wvals(static_cast<size_t>(2 * n_items * n_out * n_in));
+    for (int64_t r = 0; r < 2 * n_items * n_out; ++r) {
+      const auto row = test::random_row(type, n_in, rng);
+      wbytes.insert(wbytes.end(), row.begin(), row.end());
+      cpu::dequantize_row(type, row.data(), wvals.data() + r * n_in, n_in);
+    }
+    const auto dw = test::to_device(wbytes);
+    const size_t mat_bytes = row_bytes * static_cast<size_t>(n_out);
+    std::vector<const void*> gate, up;
+    for (int32_t i = 0; i < n_items; ++i) {
+      gate.push_back(dw.as<uint8_t>() + (2 * i) * mat_bytes);
+      up.push_back(i == null_item ? nullptr : dw.as<uint8_t>() + (2 * i + 1) * mat_bytes);
+    }
+    std::vector<int32_t> offsets(n_items + 1), x_rows(n_items);
+    std::iota(offsets.begin(), offsets.end(), 0);
+    std::iota(x_rows.begin(), x_rows.end(), 0);
+    std::shuffle(x_rows.begin(), x_rows.end(), rng);
+    const auto x = test::random_floats(n_items * n_in, rng);
+    const auto dgate = test::to_device(gate), dup = test::to_device(up);
+    const auto doff = test::to_device(offsets), drows = test::to_device(x_rows);
+    const auto dx = test::to_device(x);
+    const auto n_h = static_cast<size_t>(n_items * n_out);
+    cuda::DeviceBuffer dh(n_h * sizeof(float)), dg(n_h * sizeof(float)), du(n_h * sizeof(float)),
+        dsep(n_h * sizeof(float));
+    grouped_gate_up_swiglu(type, n_in, n_out, row_bytes, dgate.as<const void*>(),
+                           dup.as<const void*>(), doff.as<int32_t>(), n_items, drows.as<int32_t>(),
+                           dx.as<float>(), n_in, dh.as<float>(), nullptr);
+    const auto h = test::to_host<float>(dh, n_h);
+
+    std::vector<float> got;
+    std::vector<double> want;
+    for (int32_t i = 0; i < n_items; ++i) {
+      const float* xr = x.data() + x_rows[static_cast<size_t>(i)] * n_in;
+      for (int64_t o = 0; o < n_out; ++o) {
+        const float hv = h[static_cast<size_t>(i * n_out + o)];
+        if (i == null_item) {
+          EXPECT_TRUE(std::isnan(hv)) << "item " << i << " out " << o;
+          continue;
+        }
+        double g = 0, u = 0;
+        const float* gr = wvals.data() + ((2 * i) * n_out + o) * n_in;
+        const float* ur = wvals.data() + ((2 * i + 1) * n_out + o) * n_in;
+        for (int64_t k = 0; k < n_in; ++k) {
+          g += static_cast<double>(gr[k]) * xr[k];
+          u += static_cast<double>(ur[k]) * xr[k];
+        }
+        got.push_back(hv);
+        want.push_back(g / (1.0 + std::exp(-g)) * u);
+      }
+    }
+    EXPECT_LE(test::normalized_error(got, want), 1e-5);
+
+    // The separate path (Q4_K decode GEMVs, then swiglu) on the items that have both matrices.
+    std::vector<const void*> up_ok = up;
+    up_ok[null_item] = gate[null_item];
+    const auto dup_ok = test::to_device(up_ok);
+    grouped_matmul(type, n_in, n_out, row_bytes, dgate.as<const void*>(), doff.as<int32_t>(),
+                   n_items, drows.as<int32_t>(), n_items, 1, dx.as<float>(), n_in, dg.as<float>(),
+                   nullptr);
+    grouped_matmul(type, n_in, n_out, row_bytes, dup_ok.as<const void*>(), doff.as<int32_t>(),
+                   n_items, drows.as<int32_t>(), n_items, 1, dx.as<float>(), n_in, du.as<float>(),
+                   nullptr);
+    swiglu(dg.as<float>(), du.as<float>(), dsep.as<float>(), n_items * n_out, nullptr);
+    const auto sep = test::to_host<float>(dsep, n_h);
+    double max_diff = 0, max_abs = 0;
+    for (size_t k = 0; k < n_h; ++k) {
+      if (static_cast<int64_t>(k) / n_out == null_item) continue;
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(sep[k] - h[k])));
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(sep[k])));
+    }
+    EXPECT_LE(max_diff, 1e-6 * max_abs);
+  }
+}
+
 // Host-side argument checks (no GPU needed: they throw before any CUDA call).
 TEST(GroupedMatmulCuda, RejectsBadArguments) {
   const auto* ptrs = reinterpret_cast<const void* const*>(uintptr_t{0x10000});
@@ -178,6 +269,29 @@ TEST(GroupedMatmulCuda, RejectsBadArguments) {
   // Nothing to do: no launch, no error.
   EXPECT_NO_THROW(call(GgmlType::Q4_K, 256, rb, 0, ip, 0, 0, 256));
   EXPECT_NO_THROW(call(GgmlType::Q4_K, 256, rb, 3, ip, 0, 0, 256));
+}
+
+// The fused gate/up/SwiGLU's host-side checks (no launch, so no GPU needed).
+TEST(GroupedMatmulCuda, FusedGateUpRejectsBadArguments) {
+  const auto* ptrs = reinterpret_cast<const void* const*>(uintptr_t{0x10000});
+  const auto* ip = reinterpret_cast<const int32_t*>(uintptr_t{0x20000});
+  auto* f = reinterpret_cast<float*>(uintptr_t{0x30000});
+  const size_t rb = 144;
+  EXPECT_FALSE(fused_gate_up_supported(GgmlType::Q8_0, GgmlType::Q8_0, 256));
+  EXPECT_FALSE(fused_gate_up_supported(GgmlType::Q4_K, GgmlType::Q6_K, 256));
+  EXPECT_FALSE(fused_gate_up_supported(GgmlType::Q4_K, GgmlType::Q4_K, 12544));
+  const auto call = [&](GgmlType t, int64_t n_in, size_t row_bytes, int32_t n_items,
+                        const void* const* up, int64_t stride) {
+    grouped_gate_up_swiglu(t, n_in, 8, row_bytes, ptrs, up, ip, n_items, ip, f, stride, f, nullptr);
+  };
+  test::expect_error([&] { call(GgmlType::Q8_0, 256, 272, 1, ptrs, 256); }, "not supported");
+  test::expect_error([&] { call(GgmlType::Q4_K, 12544, 49 * 144, 1, ptrs, 12544); },
+                     "not supported");
+  test::expect_error([&] { call(GgmlType::Q4_K, 256, 100, 1, ptrs, 256); }, "row_bytes");
+  test::expect_error([&] { call(GgmlType::Q4_K, 256, rb, 70000, ptrs, 256); }, "n_items");
+  test::expect_error([&] { call(GgmlType::Q4_K, 256, rb, 2, nullptr, 256); }, "null");
+  test::expect_error([&] { call(GgmlType::Q4_K, 256, rb, 2, ptrs, 255); }, "x_stride");
+  EXPECT_NO_THROW(call(GgmlType::Q4_K, 256, rb, 0, ptrs, 256));  // nothing to do
 }
 
 }  // namespace
