@@ -209,6 +209,55 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(Args a) {
   }
 }
 
+// ---- float weights, one activation row per group: a block per output row ------------------------
+//
+// The GEMV above gives the 128-row F32 router only 32 blocks, whose threads walk 16 dependent
+// steps each: 8.7 µs a launch with its weights in DRAM, 4% of the H200's copy bandwidth
+// (moe-bench-cuda-kernels). A block of 256 threads per row issues 8 loads per thread at once.
+
+constexpr int kRowThreads = 256;
+
+template <class Dec>
+__global__ void __launch_bounds__(kRowThreads) gemv_float_row_kernel(Args a) {
+  __shared__ float red[kRowThreads / 32];
+  const int tid = static_cast<int>(threadIdx.x);
+  int64_t r0, r1;
+  const uint8_t* w = group_range(a, static_cast<int>(blockIdx.y), r0, r1);
+  const auto o = static_cast<int64_t>(blockIdx.x);
+  if (!w) return fill_nan(a, r0, r1, o, 1);
+  const uint8_t* wr = w + o * static_cast<int64_t>(a.row_bytes);
+  for (int64_t j = r0; j < r1; ++j) {
+    const float* x = x_row(a, j);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t i = tid;
+    for (; i + 7 * kRowThreads < a.n_in; i += 8 * kRowThreads) {
+      float wv[8], xv[8];
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        Dec::decode(wr, i + t * kRowThreads, &wv[t]);
+        xv[t] = __ldg(x + i + t * kRowThreads);
+      }
+#pragma unroll
+      for (int t = 0; t < 8; ++t) acc[t % 4] = fmaf(wv[t], xv[t], acc[t % 4]);
+    }
+    for (; i < a.n_in; i += kRowThreads) {
+      float wv;
+      Dec::decode(wr, i, &wv);
+      acc[0] = fmaf(wv, __ldg(x + i), acc[0]);
+    }
+    const float s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+    if (tid % 32 == 0) red[tid / 32] = s;
+    __syncthreads();
+    if (tid == 0) {
+      float total = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kRowThreads / 32; ++k) total += red[k];
+      a.y[j * a.n_out + o] = total;
+    }
+    __syncthreads();  // red is reused by the next row
+  }
+}
+
 // ---- tiled: 64 output rows × 64 activation rows per block, K in steps of 32 ---------------------
 
 constexpr int kTileO = 64;
@@ -335,6 +384,13 @@ void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
   const unsigned n_groups = p.offsets ? static_cast<unsigned>(p.n_groups) : 1u;
   if constexpr (std::is_same_v<Dec, dq::Q4_K>) {
     if (p.max_rows_per_group == 1 && launch_gemv_q4k(a, n_groups, stream)) return;
+  } else if constexpr (Dec::kPer == 1) {
+    if (p.max_rows_per_group == 1) {
+      gemv_float_row_kernel<Dec>
+          <<<dim3(static_cast<unsigned>(p.n_out), n_groups), kRowThreads, 0, stream>>>(a);
+      MOE_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
   }
   if (p.max_rows_per_group <= 8) {
     const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kGemvRows)), n_groups);

@@ -1,0 +1,248 @@
+// moe-bench-cuda-kernels: what each kernel of a decode step costs on this GPU, as the step sees it
+// (docs/PERFORMANCE.md). Every case is `--launches` dependent launches captured in one CUDA
+// graph, replayed `--repeats` times; the median replay over the launch count is the time per
+// launch, gaps included. Weight matrices rotate over copies that together exceed the L2 cache
+// (`--rotate-mib`), so each launch reads its weights from DRAM as a decode step does; the
+// device-to-device copy bandwidth measured in the same run is the ceiling they are read against.
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_matrix.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/expert_matmul.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/router.h"
+#include "tests/random_blocks.h"
+
+namespace {
+
+using moe::GgmlType;
+using moe::cuda::DeviceBuffer;
+
+struct Options {
+  int launches = 100;
+  int repeats = 7;
+  int64_t rotate_mib = 512;
+};
+
+// Median time of one launch of `enqueue(stream, i)` (i = the launch's index), in microseconds.
+double time_per_launch(const Options& o, const std::function<void(cudaStream_t, int)>& enqueue) {
+  cudaStream_t s = nullptr;
+  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  cudaEvent_t a = nullptr, b = nullptr;
+  MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < o.launches; ++i) enqueue(s, i);
+  MOE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  MOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  MOE_CUDA_CHECK(cudaEventCreate(&a));
+  MOE_CUDA_CHECK(cudaEventCreate(&b));
+  MOE_CUDA_CHECK(cudaGraphLaunch(ge, s));  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < o.repeats; ++r) {
+    MOE_CUDA_CHECK(cudaEventRecord(a, s));
+    MOE_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    MOE_CUDA_CHECK(cudaEventRecord(b, s));
+    MOE_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(static_cast<double>(ms) * 1000.0 / o.launches);
+  }
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  (void)cudaGraphExecDestroy(ge);
+  (void)cudaGraphDestroy(g);
+  (void)cudaStreamDestroy(s);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// `bytes` of valid random blocks of type t (rows of n_in), repeated on the device into enough
+// copies to exceed the rotation size; copy c starts at base + c * bytes.
+struct Rotated {
+  DeviceBuffer buf;
+  size_t bytes = 0;
+  int copies = 1;
+  const uint8_t* copy(int i) const { return buf.as<uint8_t>() + (i % copies) * bytes; }
+};
+
+Rotated rotated_matrices(GgmlType t, int64_t n_in, int64_t rows, const Options& o,
+                         std::mt19937& rng) {
+  Rotated r;
+  std::vector<uint8_t> host;
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto row = moe::test::random_row(t, n_in, rng);
+    host.insert(host.end(), row.begin(), row.end());
+  }
+  r.bytes = (host.size() + 255) / 256 * 256;  // every copy as aligned as cudaMalloc's
+  r.copies =
+      static_cast<int>(std::max<int64_t>(1, (o.rotate_mib << 20) / static_cast<int64_t>(r.bytes)));
+  r.buf = DeviceBuffer(r.bytes * static_cast<size_t>(r.copies));
+  for (int c = 0; c < r.copies; ++c) {
+    MOE_CUDA_CHECK(cudaMemcpy(r.buf.as<uint8_t>() + c * r.bytes, host.data(), host.size(),
+                              cudaMemcpyHostToDevice));
+  }
+  return r;
+}
+
+void report(const char* name, double us, double bytes, double ceiling_gbps) {
+  if (bytes > 0) {
+    const double gbps = bytes / us / 1e3;
+    std::printf("%-44s %8.2f us %8.0f GB/s %5.0f%%\n", name, us, gbps, 100.0 * gbps / ceiling_gbps);
+  } else {
+    std::printf("%-44s %8.2f us\n", name, us);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moe-bench-cuda-kernels: time per launch of the decode step's CUDA kernels"};
+  Options o;
+  app.add_option("--launches", o.launches, "dependent launches per graph (default 100)")
+      ->check(CLI::Range(1, 10000));
+  app.add_option("--repeats", o.repeats, "graph replays; the median is reported (default 7)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--rotate-mib", o.rotate_mib,
+                 "weight copies rotated through per case, in MiB (default 512, beyond the L2 "
+                 "cache; 0: one copy, read from L2)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::mt19937 rng(42);
+    const int64_t E = 2048, F = 768, X = 128, K = 8;
+
+    // The ceiling: a device-to-device copy reads and writes each byte once.
+    const size_t copy_bytes = size_t{1} << 30;
+    DeviceBuffer src(copy_bytes), dst(copy_bytes);
+    const double copy_us = time_per_launch(o, [&](cudaStream_t s, int) {
+      MOE_CUDA_CHECK(
+          cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    const double ceiling = 2.0 * static_cast<double>(copy_bytes) / copy_us / 1e3;
+    std::printf("device copy: %.0f GB/s read + write (the ceiling below)\n", ceiling);
+    src = DeviceBuffer();
+    dst = DeviceBuffer();
+
+    const auto x_host = moe::test::random_floats(K * E * 2, rng);
+    DeviceBuffer x(x_host.size() * sizeof(float)), y(size_t{16384} * K * sizeof(float)),
+        norm(E * sizeof(float));
+    MOE_CUDA_CHECK(cudaMemcpy(x.get(), x_host.data(), x_host.size() * 4, cudaMemcpyHostToDevice));
+    MOE_CUDA_CHECK(cudaMemcpy(norm.get(), x_host.data(), E * 4, cudaMemcpyHostToDevice));
+
+    report("rmsnorm 1 x 2048",
+           time_per_launch(o,
+                           [&](cudaStream_t s, int) {
+                             moe::cuda::rmsnorm(x.as<float>(), norm.as<float>(), y.as<float>(), 1,
+                                                E, 1e-6f, s);
+                           }),
+           0, ceiling);
+    report("residual add 2048",
+           time_per_launch(o,
+                           [&](cudaStream_t s, int) {
+                             moe::cuda::add_inplace(y.as<float>(), x.as<float>(), E, s);
+                           }),
+           0, ceiling);
+
+    struct Shape {
+      int64_t n_in, n_out;
+      const char* what;
+    };
+    for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+      for (const Shape sh : {Shape{E, 4096, "q"}, Shape{E, 512, "k/v"}, Shape{4096, E, "o"}}) {
+        const Rotated w = rotated_matrices(t, sh.n_in, sh.n_out, o, rng);
+        const size_t rb = *moe::ggml_row_bytes(t, static_cast<uint64_t>(sh.n_in));
+        const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
+          const auto m = moe::cuda::make_device_matrix(t, w.copy(i), sh.n_in, sh.n_out);
+          moe::cuda::matmul(m, x.as<float>(), 1, y.as<float>(), s);
+        });
+        const std::string name = std::string(moe::ggml_type_info_or_throw(t).name) + " GEMV " +
+                                 std::to_string(sh.n_in) + " x " + std::to_string(sh.n_out) + " (" +
+                                 sh.what + ")";
+        report(name.c_str(), us, static_cast<double>(rb) * static_cast<double>(sh.n_out), ceiling);
+      }
+    }
+    {
+      const Rotated w = rotated_matrices(GgmlType::F32, E, X, o, rng);
+      const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
+        const auto m = moe::cuda::make_device_matrix(GgmlType::F32, w.copy(i), E, X);
+        moe::cuda::matmul(m, x.as<float>(), 1, y.as<float>(), s);
+      });
+      report("F32 router GEMV 2048 x 128", us, 4.0 * E * X, ceiling);
+    }
+
+    // A decode step's 8 routed experts: gate and up Q4_K 2048 -> 768, down Q6_K 768 -> 2048,
+    // 8 distinct experts per launch, rotating through the copies.
+    const Rotated gate = rotated_matrices(GgmlType::Q4_K, E, F * 16, o, rng);  // 16 experts a copy
+    const Rotated down = rotated_matrices(GgmlType::Q6_K, F, E * 16, o, rng);
+    const size_t gb = gate.bytes / 16, db = down.bytes / 16;
+    const int sets = std::max(1, std::min(gate.copies, down.copies));
+    std::vector<const void*> ptrs;  // per set: 8 gate, 8 up, 8 down pointers
+    for (int c = 0; c < sets; ++c) {
+      for (int e = 0; e < K; ++e) ptrs.push_back(gate.copy(c) + e * gb);
+      for (int e = 0; e < K; ++e) ptrs.push_back(gate.copy(c) + (K + e) * gb);
+      for (int e = 0; e < K; ++e) ptrs.push_back(down.copy(c) + e * db);
+    }
+    DeviceBuffer dptrs(ptrs.size() * sizeof(void*));
+    MOE_CUDA_CHECK(
+        cudaMemcpy(dptrs.get(), ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+    const auto* P = dptrs.as<const void*>();
+    std::vector<int32_t> ident(K + 1), rows(K, 0);
+    for (int i = 0; i <= K; ++i) ident[static_cast<size_t>(i)] = i;
+    DeviceBuffer did((K + 1) * 4), drows(K * 4), h(K * F * 2 * sizeof(float));
+    MOE_CUDA_CHECK(cudaMemcpy(did.get(), ident.data(), (K + 1) * 4, cudaMemcpyHostToDevice));
+    MOE_CUDA_CHECK(cudaMemcpy(drows.get(), rows.data(), K * 4, cudaMemcpyHostToDevice));
+    const auto* id = did.as<int32_t>();
+    const auto* xr = drows.as<int32_t>();
+    const size_t grb = gb / static_cast<size_t>(F), drb = db / static_cast<size_t>(E);
+    report("expert gate, 8 items Q4_K 2048 x 768",
+           time_per_launch(o,
+                           [&](cudaStream_t s, int i) {
+                             moe::cuda::grouped_matmul(GgmlType::Q4_K, E, F, grb,
+                                                       P + (i % sets) * 3 * K, id, K, xr, K, 1,
+                                                       x.as<float>(), E, h.as<float>(), s);
+                           }),
+           static_cast<double>(K * gb), ceiling);
+    report("expert gate+up+SwiGLU fused, 8 items",
+           time_per_launch(o,
+                           [&](cudaStream_t s, int i) {
+                             const auto* p = P + (i % sets) * 3 * K;
+                             moe::cuda::grouped_gate_up_swiglu(GgmlType::Q4_K, E, F, grb, p, p + K,
+                                                               id, K, xr, x.as<float>(), E,
+                                                               h.as<float>(), s);
+                           }),
+           static_cast<double>(2 * K * gb), ceiling);
+    report("expert down, 8 items Q6_K 768 x 2048",
+           time_per_launch(o,
+                           [&](cudaStream_t s, int i) {
+                             moe::cuda::grouped_matmul(GgmlType::Q6_K, F, E, drb,
+                                                       P + (i % sets) * 3 * K + 2 * K, id, K, id, K,
+                                                       1, h.as<float>(), F, y.as<float>(), s);
+                           }),
+           static_cast<double>(K * db), ceiling);
+    DeviceBuffer probs(X * 4), ids(K * 4), weights(K * 4);
+    report("router softmax + top-8 of 128",
+           time_per_launch(o,
+                           [&](cudaStream_t s, int) {
+                             moe::cuda::router_topk(x.as<float>(), 1, X, K, probs.as<float>(),
+                                                    ids.as<int32_t>(), weights.as<float>(), s);
+                           }),
+           0, ceiling);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe-bench-cuda-kernels: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
