@@ -30,7 +30,7 @@ void grouped_matmul(GgmlType type, int64_t n_in, int64_t n_out, size_t row_bytes
                     const float* x, int64_t x_stride, float* y, cudaStream_t stream);
 
 // Whether grouped_gate_up_swiglu() takes these expert weights: Q4_K gate and up, n_in a multiple
-// of 256 up to 12288 (the activation row is staged in shared memory).
+// of 256 up to 11264 (the activation row is staged in shared memory).
 bool fused_gate_up_supported(GgmlType gate, GgmlType up, int64_t n_in);
 
 // A MoE layer's gate, up and SwiGLU in one launch, made for decode items (groups of one row; more
