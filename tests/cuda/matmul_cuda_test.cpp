@@ -57,7 +57,7 @@ std::vector<double> reference(const HostMatrix& m, const std::vector<float>& x, 
 std::vector<int64_t> n_in_cases(GgmlType t) {
   const int64_t block = ggml_type_info_or_throw(t).block_size;
   if (block == 1) return {67, 512};  // float types: rows need not be a multiple of 8
-  if (block == 256) return {256, 512};
+  if (block == 256) return {256, 512, 2304};  // 2304: more units than a warp's lanes
   return {3 * block, 512};
 }
 
@@ -98,14 +98,18 @@ TEST(MatmulCuda, PaddedRowsAndOwnStream) {
   MOE_REQUIRE_GPU();
   std::mt19937 rng(std::random_device{}());
   const int64_t n_in = 512, n_out = 129;
-  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16}) {
-    const HostMatrix m = random_matrix(type, n_in, n_out, 64, rng);
+  // Padding 2 and 4: rows that are not 16-byte (Q4_K: the decode GEMV's 4-byte load path) or
+  // 4-byte aligned.
+  for (const auto& [type, pad] :
+       {std::pair{GgmlType::Q4_K, 64}, std::pair{GgmlType::Q4_K, 4}, std::pair{GgmlType::Q6_K, 2},
+        std::pair{GgmlType::Q8_0, 64}, std::pair{GgmlType::F16, 64}, std::pair{GgmlType::F32, 4}}) {
+    const HostMatrix m = random_matrix(type, n_in, n_out, static_cast<size_t>(pad), rng);
     const auto dw = test::to_device(m.bytes);
     DeviceMatrix w = make_device_matrix(type, dw.get(), n_in, n_out);
     w.row_bytes = m.row_bytes;  // a view with padded rows
     cudaStream_t stream = nullptr;
     MOE_CUDA_CHECK(cudaStreamCreate(&stream));
-    for (const int64_t n_rows : {2, 65}) {
+    for (const int64_t n_rows : {1, 2, 65}) {
       const auto x = test::random_floats(n_rows * n_in, rng);
       const auto dx = test::to_device(x);
       cuda::DeviceBuffer dy(static_cast<size_t>(n_rows * n_out) * sizeof(float));
