@@ -2,13 +2,15 @@
 // gate/up/SwiGLU of a MoE layer's decode items.
 //
 // The general GEMV (matmul_kernels.cuh) spends ~9 instructions per Q4_K weight on per-8-weight
-// bookkeeping and reached ~530 GB/s on the H200 for a decode step's 1-7 MB matrices; a first
-// warp-per-row version without shared memory was slower still, each warp re-reading the whole
-// activation row through L1/L2 (docs/PERFORMANCE.md). Here a block of 8 warps stages the row in
-// shared memory once; a lane takes a 64-weight half of a super-block (32 bytes of nibbles, 16-byte
-// loads, one scale/min pair per 32-weight sub-block) for two weight rows at a time, ~4
-// instructions per weight; a warp-shuffle sum finishes each row. In the fused form the two rows
-// are an expert's gate and up rows, and the lane holding the sums writes silu(gate) * up.
+// bookkeeping; a warp-per-row version without shared memory was slower still, each warp
+// re-reading the whole activation row through L1/L2. Here a block of 8 warps stages the row in
+// shared memory once (padded against bank conflicts); a lane takes a 64-weight half of a
+// super-block (32 bytes of nibbles, 16-byte loads, one scale/min pair per 32-weight sub-block)
+// for two weight rows at a time, ~4 instructions per weight; a warp-shuffle sum finishes each
+// row. In the fused form the two rows are an expert's gate and up rows, and the lane holding the
+// sums writes silu(gate) * up. H200, weights from DRAM (moe-bench-cuda-kernels): a 2048 x 4096
+// GEMV 7.8 -> 5.0 us; 8 experts' gate + up + SwiGLU 10.6 us against ~23.5 as three launches
+// (docs/PERFORMANCE.md).
 #include <cstdint>
 #include <string>
 
