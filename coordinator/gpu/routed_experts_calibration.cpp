@@ -76,10 +76,17 @@ void RoutedExpertsGpu::calibrate(const gguf::GgufFile& f, cpu::ThreadPool& pool,
       for (int64_t i = 0; i < cfg_.n_layer; ++i) {
         if (!residency_->layer_on_gpu(i)) cpu_layers.push_back(i);
       }
+      // A timed run's weights were last read 1 GiB of other weights earlier: beyond the
+      // last-level cache (with 8 runs between, the H200 host's large L3 served part of them and
+      // the CPU rate came out above its read bandwidth).
+      constexpr int kReps = 8;
+      const int warm = model::calibration_warm_runs(
+          int64_t{1} << 30, static_cast<int64_t>(residency_->slot_bytes()), items, kReps,
+          static_cast<int64_t>(cpu_layers.size()), cfg_.n_expert);
       c.cpu_us_per_expert = model::measure_cpu_expert_rates(
           [&](cpu::ThreadPool& p) { return model::cpu_experts_for(f, p); }, cpu_layers,
-          cfg_.n_expert, cfg_.n_embd, model::calibration_thread_counts(cal_threads_), items,
-          /*reps=*/8);
+          cfg_.n_expert, cfg_.n_embd, model::calibration_thread_counts(cal_threads_), items, kReps,
+          cpu::ThreadPool::kDefaultSpin, warm);
       cal_ = c;
       measure_gpu_rates(l);
       model::save_calibration(path, cal_);

@@ -283,7 +283,7 @@ void save_calibration(const std::string& path, const MachineCalibration& c) {
 std::vector<std::pair<int, double>> measure_cpu_expert_rates(
     const std::function<std::unique_ptr<ExpertExecutor>(cpu::ThreadPool&)>& make_exec,
     const std::vector<int64_t>& layers, int64_t n_expert, int64_t n_embd,
-    const std::vector<int>& thread_counts, int items_per_run, int reps, int spin) {
+    const std::vector<int>& thread_counts, int items_per_run, int reps, int spin, int warm_runs) {
   if (!make_exec) throw Error("measure_cpu_expert_rates: no executor factory");
   if (n_embd < 1 || items_per_run < 1 || reps < 1 || layers.empty() || items_per_run > n_expert ||
       std::any_of(layers.begin(), layers.end(), [](int64_t l) { return l < 0; })) {
@@ -302,16 +302,20 @@ std::vector<std::pair<int, double>> measure_cpu_expert_rates(
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
   // Distinct experts: a decode token's k routed experts never repeat.
-  // Run j reads layer layers[j % size] and experts (j * items + i) % n_expert: fresh weights each
-  // run, as a decode's next layer reads, not the previous run's from the last-level cache.
+  // Run j reads layer layers[j % L] and the (j / L)-th group of experts: fresh weights each run
+  // (every layer, then the next group), as a decode's next layer reads, not a recent run's from
+  // the last-level cache.
   std::vector<ExpertItem> items(static_cast<size_t>(items_per_run));
+  const auto n_layers = static_cast<int64_t>(layers.size());
   const auto run = [&](ExpertExecutor& exec, int j) {
+    const int64_t group = j / n_layers;
     for (int i = 0; i < items_per_run; ++i) {
-      const auto e = static_cast<int32_t>((static_cast<int64_t>(j) * items_per_run + i) % n_expert);
+      const auto e = static_cast<int32_t>((group * items_per_run + i) % n_expert);
       items[static_cast<size_t>(i)] = {0, e, 1.0f / static_cast<float>(items_per_run)};
     }
-    exec.run(layers[static_cast<size_t>(j) % layers.size()], x.data(), 1, items, out.data());
+    exec.run(layers[static_cast<size_t>(j % n_layers)], x.data(), 1, items, out.data());
   };
+  const int warm = std::max(warm_runs, reps);
 
   std::vector<std::pair<int, double>> rates;
   std::vector<double> us(static_cast<size_t>(reps));
@@ -320,9 +324,9 @@ std::vector<std::pair<int, double>> measure_cpu_expert_rates(
     // Declared after the pool: destroyed before it, as the executor may use it until then.
     const std::unique_ptr<ExpertExecutor> exec = make_exec(pool);
     if (!exec) throw Error("measure_cpu_expert_rates: the factory returned no executor");
-    // An untimed pass over the same runs first: page faults of mapped weights, grow-only
-    // scratch. Each run's weights are then `reps` runs old, out of the cache on a large run.
-    for (int r = 0; r < reps; ++r) run(*exec, r);
+    // An untimed pass first: page faults of mapped weights, grow-only scratch. A timed run's
+    // weights are then `warm` runs old.
+    for (int r = 0; r < warm; ++r) run(*exec, r);
     for (int r = 0; r < reps; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
       run(*exec, r);
@@ -336,6 +340,18 @@ std::vector<std::pair<int, double>> measure_cpu_expert_rates(
     rates.emplace_back(threads, median / items_per_run);
   }
   return rates;
+}
+
+int calibration_warm_runs(int64_t reuse_bytes, int64_t expert_bytes, int items_per_run, int reps,
+                          int64_t n_layers, int64_t n_expert) {
+  if (expert_bytes < 1 || items_per_run < 1 || reps < 1 || n_layers < 1 || n_expert < 1) {
+    throw Error("calibration_warm_runs: sizes and counts must be >= 1");
+  }
+  const int64_t per_run = expert_bytes * items_per_run;
+  const int64_t wanted =
+      std::max<int64_t>((std::max<int64_t>(reuse_bytes, 0) + per_run - 1) / per_run, reps);
+  const int64_t distinct = std::max<int64_t>(n_layers * (n_expert / items_per_run), 1);
+  return static_cast<int>(std::max<int64_t>(std::min(wanted, distinct), reps));
 }
 
 std::vector<int> calibration_thread_counts(int max_threads) {

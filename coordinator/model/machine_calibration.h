@@ -66,17 +66,26 @@ void save_calibration(const std::string& path, const MachineCalibration& c);
 
 // Median µs per decode expert item of an executor at each of `thread_counts` (strictly
 // ascending), returned in that order. For each count, `make_exec(pool)` builds an executor on a
-// temporary cpu::ThreadPool(threads, {}, spin) and makes `reps` runs twice, untimed then timed:
-// run j is exec.run(layers[j % size], x, 1 token, items, out) with `items_per_run` distinct
-// experts (j * items_per_run + i) % n_expert, weight 1/items_per_run each, x random-normal from a
-// fixed seed, so each run reads weights the previous runs did not (a decode's cost, not a cached
-// one's). µs per item = median timed run / items_per_run. Throws moe::Error on bad arguments
-// (no layers, more items than experts, ...) or a null executor.
+// temporary cpu::ThreadPool(threads, {}, spin), makes runs 0 .. warm_runs-1 untimed (page faults,
+// scratch), then runs 0 .. reps-1 timed. Run j is exec.run(layers[j % L], x, 1 token, items, out)
+// with `items_per_run` distinct experts ((j / L) * items_per_run + i) % n_expert (L layers),
+// weight 1/items_per_run each, x random-normal from a fixed seed: runs read distinct weights
+// for j < L * (n_expert / items_per_run), and a timed run's weights were last read warm_runs - 1
+// runs earlier, so a warm_runs whose weights exceed the last-level cache times a decode's reads
+// from memory, not from the cache. warm_runs <= reps (0: the default) means reps. µs per item =
+// median timed run / items_per_run. Throws moe::Error on bad arguments (no layers, more items
+// than experts, ...) or a null executor.
 std::vector<std::pair<int, double>> measure_cpu_expert_rates(
     const std::function<std::unique_ptr<ExpertExecutor>(cpu::ThreadPool&)>& make_exec,
     const std::vector<int64_t>& layers, int64_t n_expert, int64_t n_embd,
     const std::vector<int>& thread_counts, int items_per_run, int reps,
-    int spin = cpu::ThreadPool::kDefaultSpin);
+    int spin = cpu::ThreadPool::kDefaultSpin, int warm_runs = 0);
+
+// Untimed runs for measure_cpu_expert_rates() whose weights (items_per_run experts of
+// expert_bytes each per run) add up to at least `reuse_bytes`, at least `reps`, and no more than
+// the runs that read distinct weights (layers * (n_expert / items_per_run)).
+int calibration_warm_runs(int64_t reuse_bytes, int64_t expert_bytes, int items_per_run, int reps,
+                          int64_t n_layers, int64_t n_expert);
 
 // 1, 2, 4, ... below max_threads, then max_threads itself (always included). moe::Error when
 // max_threads < 1.

@@ -378,6 +378,55 @@ TEST(MachineCalibration, MeasuresEveryThreadCountWithTheFakeExecutor) {
   }
 }
 
+// Records the (layer, experts) of every run, in order.
+class RecordingExecutor final : public ExpertExecutor {
+ public:
+  explicit RecordingExecutor(std::vector<std::pair<int64_t, std::set<int32_t>>>& runs)
+      : runs_(runs) {}
+  void run(int64_t layer, const float*, int64_t, std::span<const ExpertItem> items,
+           float*) override {
+    std::set<int32_t> experts;
+    for (const ExpertItem& it : items) experts.insert(it.expert);
+    runs_.emplace_back(layer, std::move(experts));
+  }
+
+ private:
+  std::vector<std::pair<int64_t, std::set<int32_t>>>& runs_;
+};
+
+// With warm_runs W, each timed run's weights were last read exactly W runs before (by the
+// untimed pass), and no run in between read them: the distance the cache must not bridge.
+TEST(MachineCalibration, TimedRunsReadWeightsLastReadWarmRunsEarlier) {
+  const int reps = 3, warm = 11, items = 2;
+  const std::vector<int64_t> layers = {1, 4, 7};
+  const int64_t n_expert = 8;  // 3 layers x 4 expert groups: 12 distinct runs
+  std::vector<std::pair<int64_t, std::set<int32_t>>> runs;
+  moe::model::measure_cpu_expert_rates(
+      [&](moe::cpu::ThreadPool&) -> std::unique_ptr<ExpertExecutor> {
+        return std::make_unique<RecordingExecutor>(runs);
+      },
+      layers, n_expert, 16, {1}, items, reps, /*spin=*/0, warm);
+  ASSERT_EQ(runs.size(), static_cast<size_t>(warm + reps));
+  for (int r = 0; r < reps; ++r) {
+    const auto& timed = runs[static_cast<size_t>(warm + r)];
+    EXPECT_EQ(timed, runs[static_cast<size_t>(r)]) << "timed run " << r;
+    for (int j = r + 1; j < warm + r; ++j) {
+      EXPECT_NE(runs[static_cast<size_t>(j)], timed) << "run " << j << " reads timed run " << r;
+    }
+  }
+}
+
+TEST(MachineCalibration, WarmRunsCoverTheReuseDistanceWithinTheDistinctRuns) {
+  using moe::model::calibration_warm_runs;
+  // 1 GiB over 8 experts of 3 MiB a run: 43 runs; 48 layers x 16 groups are distinct.
+  EXPECT_EQ(calibration_warm_runs(int64_t{1} << 30, 3 << 20, 8, 8, 48, 128), 43);
+  EXPECT_EQ(calibration_warm_runs(0, 3 << 20, 8, 8, 48, 128), 8);              // at least reps
+  EXPECT_EQ(calibration_warm_runs(int64_t{1} << 30, 3 << 20, 4, 2, 2, 8), 4);  // distinct runs
+  EXPECT_EQ(calibration_warm_runs(int64_t{1} << 30, 3 << 20, 4, 6, 1, 8), 6);  // reps win
+  EXPECT_THROW(calibration_warm_runs(1, 0, 8, 8, 48, 128), moe::Error);
+  EXPECT_THROW(calibration_warm_runs(1, 1, 8, 8, 0, 128), moe::Error);
+}
+
 TEST(MachineCalibration, MeasureRejectsBadArguments) {
   const auto make = [](moe::cpu::ThreadPool&) -> std::unique_ptr<ExpertExecutor> {
     return nullptr;
