@@ -157,29 +157,30 @@ void Qwen3MoeGpu::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates:
   MOE_CUDA_CHECK(cudaMemcpyAsync(d_pos_.get(), h_pos_.get(), sizeof(int32_t),
                                  cudaMemcpyHostToDevice, stream_));
 
-  // The attention scratch for any position, grown before recording (no allocation may happen
-  // inside a capture); moving it invalidates every graph.
-  size_t ws = 0;
-  for (const Layer& L : layers_) {
-    ws = std::max(ws, attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv}, 1, pos0, true));
-  }
-  if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
-
   DecodeGraph* g = nullptr;
   for (auto& c : graphs_) {
     if (c->slot == &seq) g = c.get();
   }
-  if (!g) g = graphs_.emplace_back(std::make_unique<DecodeGraph>()).get();
+  if (!g) {
+    g = graphs_.emplace_back(std::make_unique<DecodeGraph>()).get();
+    g->slot = &seq;
+  }
   const auto* pos = d_pos_.as<int32_t>();
-  if (!g->graph.ready() || g->slot != &seq || g->slot_generation != seq.generation() ||
+  if (!g->graph.ready() || g->slot_generation != seq.generation() ||
       g->scratch_epoch != scratch_epoch_ || g->attention_ws != d_attn_ws_.get()) {
     g->graph.reset();
+    // The attention scratch for any position, grown before recording (no allocation may happen
+    // inside a capture); a graph that is kept was recorded with it at least this large.
+    size_t ws = 0;
+    for (const Layer& L : layers_) {
+      ws = std::max(ws, attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv}, 1, pos0, true));
+    }
+    if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
     // Recording runs the host side of every layer once (the experts' accounting included).
     g->graph.capture(stream_, [&] {
       enqueue_layers(1, pos0, pos, seq, nullptr);
       io_->head_row(x, xn, stream_);
     });
-    g->slot = &seq;
     g->slot_generation = seq.generation();
     g->scratch_epoch = scratch_epoch_;
     g->attention_ws = d_attn_ws_.get();

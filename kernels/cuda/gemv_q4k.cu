@@ -47,6 +47,20 @@ __device__ __forceinline__ void load_half(const uint8_t* b, int k, bool al16, ui
   }
 }
 
+// s_lo += the 4 low nibbles of word q times xl, s_hi += its 4 high nibbles times xh (in order).
+__device__ __forceinline__ void nibble_dot(uint32_t q, float4 xl, float4 xh, float& s_lo,
+                                           float& s_hi) {
+  const uint32_t lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+  s_lo = fmaf(dq::byte_to_float(lo, 0, 0.0f), xl.x, s_lo);
+  s_lo = fmaf(dq::byte_to_float(lo, 1, 0.0f), xl.y, s_lo);
+  s_lo = fmaf(dq::byte_to_float(lo, 2, 0.0f), xl.z, s_lo);
+  s_lo = fmaf(dq::byte_to_float(lo, 3, 0.0f), xl.w, s_lo);
+  s_hi = fmaf(dq::byte_to_float(hi, 0, 0.0f), xh.x, s_hi);
+  s_hi = fmaf(dq::byte_to_float(hi, 1, 0.0f), xh.y, s_hi);
+  s_hi = fmaf(dq::byte_to_float(hi, 2, 0.0f), xh.z, s_hi);
+  s_hi = fmaf(dq::byte_to_float(hi, 3, 0.0f), xh.w, s_hi);
+}
+
 // d * (sc_lo * s_lo + sc_hi * s_hi) - dmin * (m_lo * x_lo + m_hi * x_hi) for half k of the
 // super-block at b, given the nibble dot products s and the activation sums x of its two
 // sub-blocks (w = d * sc * q - dmin * m).
@@ -121,26 +135,8 @@ __global__ void __launch_bounds__(kThreads) gemv_q4k_kernel(Args a, const void* 
           const float4 xh = *reinterpret_cast<const float4*>(xc + 32 + 4 * i);
           x_lo += (xl.x + xl.y) + (xl.z + xl.w);
           x_hi += (xh.x + xh.y) + (xh.z + xh.w);
-          const uint32_t la = qa[i] & 0x0F0F0F0Fu, ha = (qa[i] >> 4) & 0x0F0F0F0Fu;
-          sa_lo = fmaf(dq::byte_to_float(la, 0, 0.0f), xl.x, sa_lo);
-          sa_lo = fmaf(dq::byte_to_float(la, 1, 0.0f), xl.y, sa_lo);
-          sa_lo = fmaf(dq::byte_to_float(la, 2, 0.0f), xl.z, sa_lo);
-          sa_lo = fmaf(dq::byte_to_float(la, 3, 0.0f), xl.w, sa_lo);
-          sa_hi = fmaf(dq::byte_to_float(ha, 0, 0.0f), xh.x, sa_hi);
-          sa_hi = fmaf(dq::byte_to_float(ha, 1, 0.0f), xh.y, sa_hi);
-          sa_hi = fmaf(dq::byte_to_float(ha, 2, 0.0f), xh.z, sa_hi);
-          sa_hi = fmaf(dq::byte_to_float(ha, 3, 0.0f), xh.w, sa_hi);
-          if (has_b) {
-            const uint32_t lb = qb[i] & 0x0F0F0F0Fu, hb = (qb[i] >> 4) & 0x0F0F0F0Fu;
-            sb_lo = fmaf(dq::byte_to_float(lb, 0, 0.0f), xl.x, sb_lo);
-            sb_lo = fmaf(dq::byte_to_float(lb, 1, 0.0f), xl.y, sb_lo);
-            sb_lo = fmaf(dq::byte_to_float(lb, 2, 0.0f), xl.z, sb_lo);
-            sb_lo = fmaf(dq::byte_to_float(lb, 3, 0.0f), xl.w, sb_lo);
-            sb_hi = fmaf(dq::byte_to_float(hb, 0, 0.0f), xh.x, sb_hi);
-            sb_hi = fmaf(dq::byte_to_float(hb, 1, 0.0f), xh.y, sb_hi);
-            sb_hi = fmaf(dq::byte_to_float(hb, 2, 0.0f), xh.z, sb_hi);
-            sb_hi = fmaf(dq::byte_to_float(hb, 3, 0.0f), xh.w, sb_hi);
-          }
+          nibble_dot(qa[i], xl, xh, sa_lo, sa_hi);
+          if (has_b) nibble_dot(qb[i], xl, xh, sb_lo, sb_hi);
         }
         acc_a += finish_half(ba, k, sa_lo, sa_hi, x_lo, x_hi);
         if (has_b) acc_b += finish_half(bb, k, sb_lo, sb_hi, x_lo, x_hi);
