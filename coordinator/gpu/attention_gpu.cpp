@@ -8,18 +8,19 @@
 namespace moe::gpu {
 
 void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::DeviceKvLayer& kv,
-            float* q, float* k, const float* v, const float* q_norm, const float* k_norm, int64_t n,
-            int64_t pos0, VramBudget& budget, VramBuffer& workspace, float* out,
-            cudaStream_t stream, const int32_t* device_pos0) {
+            const Projections& p, const float* q_norm, const float* k_norm, int64_t n, int64_t pos0,
+            VramBudget& budget, VramBuffer& workspace, float* out, cudaStream_t stream,
+            const int32_t* device_pos0) {
   const int64_t H = heads.n_head, HK = heads.n_head_kv, hk = cfg.head_dim_k, hv = cfg.head_dim_v;
-  cuda::qk_norm_rope({q, H * hk, H, q_norm}, {k, HK * hk, HK, k_norm}, n, hk, cfg.rms_eps,
-                     cfg.n_rot, pos0, cfg.rope_freq_base, stream, device_pos0);
-  cuda::kv_store(kv, k, v, n, pos0, stream, device_pos0);
+  cuda::qk_norm_rope({p.q, p.q_stride, H, q_norm}, {p.k, p.k_stride, HK, k_norm}, n, hk,
+                     cfg.rms_eps, cfg.n_rot, pos0, cfg.rope_freq_base, stream, device_pos0);
+  cuda::kv_store(kv, p.k, p.v, n, pos0, stream, device_pos0, p.k_stride, p.v_stride);
   // Decode splits the positions across blocks; its scratch comes from the budget too.
   const size_t ws = attention_workspace_bytes(cfg, heads, n, pos0, device_pos0 != nullptr);
   if (ws > 0) grow_scratch(budget, workspace, (ws + 3) / 4, "attention scratch");
-  cuda::attention(kv, q, H * hk, n, pos0, H, HK, hk, hv, 1.0f / std::sqrt(static_cast<float>(hk)),
-                  out, ws > 0 ? workspace.get() : nullptr, ws, stream, device_pos0);
+  cuda::attention(kv, p.q, p.q_stride, n, pos0, H, HK, hk, hv,
+                  1.0f / std::sqrt(static_cast<float>(hk)), out, ws > 0 ? workspace.get() : nullptr,
+                  ws, stream, device_pos0);
 }
 
 size_t attention_workspace_bytes(const model::ModelConfig& cfg, AttentionHeads heads, int64_t n,

@@ -17,15 +17,26 @@ struct AttentionHeads {
   int64_t n_head = 0, n_head_kv = 0;
 };
 
-// q [n, n_head * head_dim_k], k [n, n_head_kv * head_dim_k] (normed and rotated in place),
-// v [n, n_head_kv * head_dim_v]; out [n, n_head * head_dim_v]. Token i is at position pos0 + i.
-// The decode split's scratch grows `workspace` through `budget`. Enqueued on `stream`. With
-// device_pos0 the positions start at the device int32's value when the kernels run (CUDA graphs;
-// pos0 is the value at this enqueue, validated on the host).
+// A batch's projections: token i's n_head q heads at q + i * q_stride, its n_head_kv k heads at
+// k + i * k_stride and v heads at v + i * v_stride (strides wider than the heads when q, k and v
+// come out of one stacked weight matrix side by side).
+struct Projections {
+  float* q;
+  int64_t q_stride;
+  float* k;
+  int64_t k_stride;
+  const float* v;
+  int64_t v_stride;
+};
+
+// q and k are normed and rotated in place; out [n, n_head * head_dim_v]. Token i is at position
+// pos0 + i. The decode split's scratch grows `workspace` through `budget`. Enqueued on `stream`.
+// With device_pos0 the positions start at the device int32's value when the kernels run (CUDA
+// graphs; pos0 is the value at this enqueue, validated on the host).
 void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::DeviceKvLayer& kv,
-            float* q, float* k, const float* v, const float* q_norm, const float* k_norm, int64_t n,
-            int64_t pos0, VramBudget& budget, VramBuffer& workspace, float* out,
-            cudaStream_t stream, const int32_t* device_pos0 = nullptr);
+            const Projections& p, const float* q_norm, const float* k_norm, int64_t n, int64_t pos0,
+            VramBudget& budget, VramBuffer& workspace, float* out, cudaStream_t stream,
+            const int32_t* device_pos0 = nullptr);
 
 // The scratch attend() grows `workspace` to (so a graph capture can grow it beforehand).
 size_t attention_workspace_bytes(const model::ModelConfig& cfg, AttentionHeads heads, int64_t n,

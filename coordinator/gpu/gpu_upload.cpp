@@ -43,6 +43,36 @@ cuda::DeviceMatrix upload_matrix(VramBudget& budget, const gguf::TensorInfo& t, 
   return cuda::make_device_matrix(t.type(), buf.get(), w.n_in, w.n_out);
 }
 
+cuda::DeviceMatrix upload_stacked(VramBudget& budget, std::span<const gguf::TensorInfo* const> ts,
+                                  VramBuffer& buf, VramUse use, const std::string& what) {
+  if (ts.empty()) throw Error(what + ": nothing to stack");
+  const gguf::TensorInfo& first = *ts[0];
+  const int64_t n_in = model::weight_matrix(first).n_in;
+  int64_t n_out = 0;
+  uint64_t bytes = 0;
+  for (const gguf::TensorInfo* t : ts) {
+    const cpu::WeightMatrix w = model::weight_matrix(*t);
+    if (t->type() != first.type() || w.n_in != n_in) {
+      throw Error(what + ": " + std::string(t->name) + " differs from " + std::string(first.name) +
+                  " in type or input width");
+    }
+    n_out += w.n_out;
+    bytes += t->n_bytes;
+  }
+  if (!cuda::cuda_type_supported(first.type())) {
+    throw Error(what + ": type " + ggml_type_label(static_cast<uint32_t>(first.type())) +
+                " is not supported on the GPU");
+  }
+  buf = budget.allocate(bytes, use, what);
+  uint64_t off = 0;
+  for (const gguf::TensorInfo* t : ts) {
+    MOE_CUDA_CHECK(
+        cudaMemcpy(buf.as<unsigned char>() + off, t->data, t->n_bytes, cudaMemcpyHostToDevice));
+    off += t->n_bytes;
+  }
+  return cuda::make_device_matrix(first.type(), buf.get(), n_in, n_out);
+}
+
 VramBuffer upload_floats(VramBudget& budget, const float* data, size_t n, const std::string& what) {
   VramBuffer b = budget.allocate(std::max<size_t>(n, 1) * sizeof(float), VramUse::Weights, what);
   if (n > 0) MOE_CUDA_CHECK(cudaMemcpy(b.get(), data, n * sizeof(float), cudaMemcpyHostToDevice));

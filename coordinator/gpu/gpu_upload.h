@@ -2,6 +2,7 @@
 // dense weights into VRAM through that budget; plus the grow-only device scratch of a forward.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "common/gguf.h"
@@ -18,6 +19,11 @@ uint64_t select_device(const GpuOptions& opt, std::string& name);
 // A weight matrix in VRAM in its file type (throws when the GPU kernels lack that type).
 cuda::DeviceMatrix upload_matrix(VramBudget& budget, const gguf::TensorInfo& t, VramBuffer& buf,
                                  VramUse use);
+// Matrices of one type and input width stacked row-wise into one VRAM matrix, so one launch
+// computes all their outputs side by side (a token's q, k and v in one row); throws when their
+// types or input widths differ.
+cuda::DeviceMatrix upload_stacked(VramBudget& budget, std::span<const gguf::TensorInfo* const> ts,
+                                  VramBuffer& buf, VramUse use, const std::string& what);
 // A norm or bias vector, converted to f32.
 VramBuffer upload_vector(VramBudget& budget, const gguf::TensorInfo& t);
 // A host f32 array (e.g. weights re-laid out at load).

@@ -220,7 +220,9 @@ void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t
   cuda::matmul(L.wk.m, xn, n, d_k_.as<float>(), stream_);
   cuda::matmul(L.wv.m, xn, n, d_v_.as<float>(), stream_);
   cuda::split_query_gate(d_qg_.as<float>(), q, og, n, L.n_head, hk, stream_);
-  attend(cfg_, {L.n_head, L.n_head_kv}, seq.kv(l), q, d_k_.as<float>(), d_v_.as<float>(),
+  const int64_t H = L.n_head, HK = L.n_head_kv;
+  attend(cfg_, {H, HK}, seq.kv(l),
+         {q, H * hk, d_k_.as<float>(), HK * hk, d_v_.as<float>(), HK * cfg_.head_dim_v},
          L.q_norm.as<float>(), L.k_norm.as<float>(), n, pos0, budget_, d_attn_ws_, attn, stream_);
   cuda::mul_sigmoid(attn, og, n * L.n_head * hk, stream_);
   cuda::matmul(L.wo.m, attn, n, d_mix_.as<float>(), stream_);
@@ -232,7 +234,6 @@ void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
   const float* xn = d_xn_.as<float>();
   float* x = d_x_.as<float>();
   float* moe = d_moe_.as<float>();
-  cuda::matmul(L.router.m, xn, n, d_rlogits_.as<float>(), stream_);
   // The shared expert first: the GPU computes it while the CPU computes its routed experts.
   cuda::matmul(L.sh_gate.m, xn, n, d_sg_.as<float>(), stream_);
   cuda::matmul(L.sh_up.m, xn, n, d_su_.as<float>(), stream_);
@@ -241,7 +242,7 @@ void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
   cuda::matmul(L.sh_down.m, d_sg_.as<float>(), n, d_sh_.as<float>(), stream_);
   cuda::matmul(L.sh_gate_inp.m, xn, n, d_ss_.as<float>(), stream_);
   MOE_CUDA_CHECK(cudaMemsetAsync(moe, 0, static_cast<size_t>(n * E) * sizeof(float), stream_));
-  experts_->run(l, n, xn, d_rlogits_.as<float>(), moe, pos0, hooks, stream_);
+  experts_->run(l, n, xn, L.router.m, d_rlogits_.as<float>(), moe, pos0, hooks, stream_);
   const bool observe = hooks && hooks->observe_layer;
   if (observe) {
     h_trace_.resize(static_cast<size_t>(n * E));

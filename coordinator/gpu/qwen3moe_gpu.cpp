@@ -67,9 +67,15 @@ Qwen3MoeGpu::Qwen3MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
     L.q_norm = vec("attn_q_norm.weight", hk);
     L.k_norm = vec("attn_k_norm.weight", hk);
     L.ffn_norm = vec("ffn_norm.weight", E);
-    L.wq = mat("attn_q.weight", E, L.n_head * hk, L.wq_buf);
-    L.wk = mat("attn_k.weight", E, L.n_head_kv * hk, L.wk_buf);
-    L.wv = mat("attn_v.weight", E, L.n_head_kv * hv, L.wv_buf);
+    const auto& tq = model::require_tensor(f, p + "attn_q.weight", {E, L.n_head * hk});
+    const auto& tk = model::require_tensor(f, p + "attn_k.weight", {E, L.n_head_kv * hk});
+    const auto& tv = model::require_tensor(f, p + "attn_v.weight", {E, L.n_head_kv * hv});
+    std::vector<const gguf::TensorInfo*> qkv{&tq};
+    if (tk.type() == tq.type()) qkv.push_back(&tk);
+    if (tk.type() == tq.type() && tv.type() == tq.type()) qkv.push_back(&tv);
+    L.wqkv = upload_stacked(budget_, qkv, L.wqkv_buf, VramUse::Weights, p + "attn_q/k/v");
+    if (qkv.size() < 2) L.wk = upload_matrix(budget_, tk, L.wk_buf, VramUse::Weights);
+    if (qkv.size() < 3) L.wv = upload_matrix(budget_, tv, L.wv_buf, VramUse::Weights);
     L.wo = mat("attn_output.weight", L.n_head * hv, E, L.wo_buf);
     L.router = mat("ffn_gate_inp.weight", E, X, L.router_buf);
     layers_.push_back(std::move(L));
@@ -99,7 +105,7 @@ void Qwen3MoeGpu::ensure_scratch(int64_t n) {
   scratch(d_x_, N * E, "scratch x");
   scratch(d_xn_, N * E, "scratch xn");
   scratch(d_tmp_, N * E, "scratch tmp");
-  scratch(d_q_, N * H * hd, "scratch q");
+  scratch(d_qkv_, N * (H + 2 * HK) * hd, "scratch q/k/v");
   scratch(d_attn_, N * H * hd, "scratch attn");
   scratch(d_k_, N * HK * hd, "scratch k");
   scratch(d_v_, N * HK * hd, "scratch v");
@@ -116,26 +122,38 @@ void Qwen3MoeGpu::enqueue_layers(int64_t n, int64_t pos0, const int32_t* device_
   const float eps = cfg_.rms_eps;
   float* x = d_x_.as<float>();
   float* xn = d_xn_.as<float>();
-  float* q = d_q_.as<float>();
-  float* k = d_k_.as<float>();
-  float* v = d_v_.as<float>();
+  const int64_t hk = cfg_.head_dim_k;
   std::vector<float> l_out;
+  bool normed = false;  // xn holds this layer's attention norm of x already
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     experts_->prefetch(l, n);  // a prefill's expert copies overlap the attention
-    cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
-    cuda::matmul(L.wq, xn, n, q, stream_);
-    cuda::matmul(L.wk, xn, n, k, stream_);
-    cuda::matmul(L.wv, xn, n, v, stream_);
-    attend(cfg_, {L.n_head, L.n_head_kv}, seq.kv(l), q, k, v, L.q_norm.as<float>(),
-           L.k_norm.as<float>(), n, pos0, budget_, d_attn_ws_, d_attn_.as<float>(), stream_,
-           device_pos0);
+    if (!normed) cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
+    // Row t of the stacked output: q heads, then k and v heads unless they are apart.
+    float* qkv = d_qkv_.as<float>();
+    const int64_t S = L.wqkv.n_out;
+    cuda::matmul(L.wqkv, xn, n, qkv, stream_);
+    Projections p{qkv, S, qkv + L.n_head * hk, S, qkv + (L.n_head + L.n_head_kv) * hk, S};
+    if (L.wk.data) {
+      cuda::matmul(L.wk, xn, n, d_k_.as<float>(), stream_);
+      p.k = d_k_.as<float>();
+      p.k_stride = L.wk.n_out;
+    }
+    if (L.wv.data) {
+      cuda::matmul(L.wv, xn, n, d_v_.as<float>(), stream_);
+      p.v = d_v_.as<float>();
+      p.v_stride = L.wv.n_out;
+    }
+    attend(cfg_, {L.n_head, L.n_head_kv}, seq.kv(l), p, L.q_norm.as<float>(), L.k_norm.as<float>(),
+           n, pos0, budget_, d_attn_ws_, d_attn_.as<float>(), stream_, device_pos0);
     cuda::matmul(L.wo, d_attn_.as<float>(), n, d_tmp_.as<float>(), stream_);
-    cuda::add_inplace(x, d_tmp_.as<float>(), n * E, stream_);
-
-    cuda::rmsnorm(x, L.ffn_norm.as<float>(), xn, n, E, eps, stream_);
-    cuda::matmul(L.router, xn, n, d_rlogits_.as<float>(), stream_);
-    experts_->run(l, n, xn, d_rlogits_.as<float>(), x, pos0, hooks, stream_);
+    cuda::add_rmsnorm(x, d_tmp_.as<float>(), L.ffn_norm.as<float>(), xn, n, E, eps, stream_);
+    // The next layer's attention norm rides on this layer's expert combine where it can.
+    const RoutedExpertsGpu::NormAfter next{
+        l + 1 < cfg_.n_layer ? layers_[static_cast<size_t>(l + 1)].attn_norm.as<float>() : nullptr,
+        xn, eps};
+    normed = experts_->run(l, n, xn, L.router, d_rlogits_.as<float>(), x, pos0, hooks, stream_,
+                           next.gains ? &next : nullptr);
 
     if (hooks && hooks->observe_layer) {
       l_out.resize(static_cast<size_t>(n * E));

@@ -48,8 +48,11 @@ class Qwen3MoeGpu final : public model::ModelArch {
  private:
   struct Layer {
     VramBuffer attn_norm, q_norm, k_norm, ffn_norm;
-    VramBuffer wq_buf, wk_buf, wv_buf, wo_buf, router_buf;
-    cuda::DeviceMatrix wq, wk, wv, wo, router;
+    VramBuffer wqkv_buf, wk_buf, wv_buf, wo_buf, router_buf;
+    // q, k and v stacked, one launch for the three (k and v alone are latency-bound). k and v
+    // stay apart (wk, wv; null data otherwise) when their types differ from q's, as the Q4_K_M
+    // mixes' Q6_K attn_v layers do.
+    cuda::DeviceMatrix wqkv, wk, wv, wo, router;
     int64_t n_head = 0, n_head_kv = 0;
   };
   // A decode step replayed from a CUDA graph, and what it was recorded against: a graph holds
@@ -86,7 +89,7 @@ class Qwen3MoeGpu final : public model::ModelArch {
 
   // Device scratch, grow-only.
   int64_t scratch_tokens_ = 0;
-  VramBuffer d_x_, d_xn_, d_q_, d_k_, d_v_, d_attn_, d_tmp_, d_rlogits_, d_attn_ws_;
+  VramBuffer d_x_, d_xn_, d_qkv_, d_k_, d_v_, d_attn_, d_tmp_, d_rlogits_, d_attn_ws_;
   uint64_t scratch_epoch_ = 0;  // bumped whenever a scratch buffer above moves
 
   // Decode graphs, one per sequence slot; the position they read comes from d_pos_.

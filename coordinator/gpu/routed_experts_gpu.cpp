@@ -16,6 +16,8 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/expert_lists.h"
 #include "kernels/cuda/expert_matmul.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
 
 namespace moe::gpu {
@@ -134,7 +136,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
   const int64_t items = kDeviceRoutingMaxTokens * cfg.n_expert_used;
   const size_t bytes = static_cast<size_t>(kDeviceRoutingMaxTokens * X + 2 * items) * 4 +
                        static_cast<size_t>(3 * items) * sizeof(void*) +
-                       static_cast<size_t>(3 * items + kDeviceRoutingMaxTokens + 2) * 4 + 256;
+                       static_cast<size_t>(3 * items + kDeviceRoutingMaxTokens + 3) * 4 + 256;
   dr_.buf = budget.allocate(bytes, VramUse::Scratch, "device routing");
   MetaWriter w(dr_.buf.as<unsigned char>());  // only offsets are computed here
   dr_.gate = w.take<const void*>(items);
@@ -146,6 +148,8 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
   dr_.ident = w.take<int32_t>(items + 1);
   dr_.x_rows = w.take<int32_t>(items);
   dr_.tok_off = w.take<int32_t>(kDeviceRoutingMaxTokens + 1);
+  dr_.counter = w.take<unsigned>(1);
+  MOE_CUDA_CHECK(cudaMemset(dr_.counter, 0, sizeof(unsigned)));
   std::vector<int32_t> ident(static_cast<size_t>(items + 1)), x_rows(static_cast<size_t>(items)),
       tok_off(static_cast<size_t>(kDeviceRoutingMaxTokens + 1));
   for (int64_t i = 0; i <= items; ++i) ident[static_cast<size_t>(i)] = static_cast<int32_t>(i);
@@ -192,17 +196,33 @@ void RoutedExpertsGpu::reserve(int64_t n) {
   reserved_ = n;
 }
 
-void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* rlogits, float* out,
-                           int64_t pos0, const model::ForwardHooks* hooks, cudaStream_t stream) {
+bool RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const cuda::DeviceMatrix& router,
+                           float* rlogits, float* out, int64_t pos0,
+                           const model::ForwardHooks* hooks, cudaStream_t stream,
+                           const NormAfter* norm_after) {
   if (n > reserved_) throw Error("RoutedExpertsGpu: batch larger than reserved");
+  const bool on_device = routes_on_device(l, n, hooks);
+  // One decoding token routed on the device: logits, top-k and expert pointers in one launch.
+  const bool fused_router = on_device && n == 1 && cuda::router_decode_supported(router.type);
+  // Enqueued before the host may wait below, so the GPU need not idle for it.
+  if (!fused_router) cuda::matmul(router, xn, n, rlogits, stream);
   // The previous layer's CPU share: its buffers are reused below, and its error surfaces here.
   join_runner();
-  if (routes_on_device(l, n, hooks)) {
-    cuda::router_topk(rlogits, n, cfg_.n_expert, cfg_.n_expert_used, dr_.probs, dr_.ids,
-                      dr_.weights, stream);
-    run_on_device(l, n, xn, out, stream);
+  if (on_device) {
+    if (fused_router) {
+      cuda::router_decode(router, xn, cfg_.n_expert_used,
+                          {rlogits, dr_.probs, dr_.ids, dr_.weights, residency_->device_table(l),
+                           dr_.gate, dr_.up, dr_.down, dr_.counter},
+                          stream);
+    } else {
+      cuda::router_topk(rlogits, n, cfg_.n_expert, cfg_.n_expert_used, dr_.probs, dr_.ids,
+                        dr_.weights, stream);
+      cuda::gather_expert_pointers(dr_.ids, n * cfg_.n_expert_used, residency_->device_table(l),
+                                   cfg_.n_expert, dr_.gate, dr_.up, dr_.down, stream);
+    }
+    const bool normed = run_on_device(l, n, xn, out, stream, norm_after);
     count_device_layer(l, n);
-    return;
+    return normed;
   }
   if (l == 0) residency_->tick(n);  // a forward's tokens: the clock routing scores decay with
   const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used;
@@ -227,6 +247,7 @@ void RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const float* r
   model::route_batch(hl, n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(), rids_.data(),
                      rweights_.data());
   run_split(l, n, xn, out, stream);
+  return false;
 }
 
 void RoutedExpertsGpu::count_device_layer(int64_t l, int64_t n) {
@@ -256,15 +277,18 @@ bool RoutedExpertsGpu::routes_on_device(int64_t l, int64_t n,
   return residency_->layer_on_gpu(l) && n <= kDeviceRoutingMaxTokens && !host_hooks;
 }
 
-void RoutedExpertsGpu::run_on_device(int64_t l, int64_t n, const float* xn, float* out,
-                                     cudaStream_t stream) {
-  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used;
-  const int64_t items = n * K;
-  cuda::gather_expert_pointers(dr_.ids, items, residency_->device_table(l), X, dr_.gate, dr_.up,
-                               dr_.down, stream);
-  compute_items(l, items, xn, stream);
+bool RoutedExpertsGpu::run_on_device(int64_t l, int64_t n, const float* xn, float* out,
+                                     cudaStream_t stream, const NormAfter* norm_after) {
+  const int64_t E = cfg_.n_embd, K = cfg_.n_expert_used;
+  compute_items(l, n * K, xn, stream);
+  if (norm_after && n == 1 && cuda::combine_rmsnorm_supported(E)) {
+    cuda::combine_rmsnorm(d_y_.as<float>(), dr_.weights, K, out, norm_after->gains, norm_after->y,
+                          E, norm_after->eps, stream);
+    return true;
+  }
   cuda::combine_rows(d_y_.as<float>(), dr_.tok_off, dr_.ident, dr_.weights, n, E,
                      /*accumulate=*/true, out, stream);
+  return false;
 }
 
 void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn,

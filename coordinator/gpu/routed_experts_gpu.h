@@ -24,6 +24,7 @@
 #include "coordinator/model/machine_calibration.h"
 #include "coordinator/model/miss_split_profiler.h"
 #include "coordinator/model/model_arch.h"
+#include "kernels/cuda/device_matrix.h"
 
 namespace moe::gpu {
 
@@ -44,12 +45,22 @@ class RoutedExpertsGpu {
   // Scratch for batches of up to n tokens (grow-only).
   void reserve(int64_t n_tokens);
 
-  // out += the routed experts of `layer` for xn [n, n_embd] with router logits [n, n_expert],
-  // all on the device; enqueued on `stream`. The CPU's share may still be computing when this
-  // returns (the stream waits for it); the next run() or finish() waits for it on the host.
-  // Row i is the token at position pos0 + i (for the hooks).
-  void run(int64_t layer, int64_t n, const float* xn, const float* router_logits, float* out,
-           int64_t pos0, const model::ForwardHooks* hooks, cudaStream_t stream);
+  // out += the routed experts of `layer` for xn [n, n_embd], routed by `router` (n_expert rows of
+  // n_embd; its logits [n, n_expert] go to router_logits), all on the device; enqueued on
+  // `stream`. The CPU's share may still be computing when this returns (the stream waits for
+  // it); the next run() or finish() waits for it on the host. Row i is the token at position
+  // pos0 + i (for the hooks).
+  // With `norm_after`, a one-token layer routed on the device also computes the next norm of out
+  // (the next layer's attention norm) in its combine's launch and returns true; false otherwise
+  // (the caller norms).
+  struct NormAfter {
+    const float* gains;
+    float* y;
+    float eps;
+  };
+  bool run(int64_t layer, int64_t n, const float* xn, const cuda::DeviceMatrix& router,
+           float* router_logits, float* out, int64_t pos0, const model::ForwardHooks* hooks,
+           cudaStream_t stream, const NormAfter* norm_after = nullptr);
 
   // True when every layer of an n-token step routes and computes its experts on the device
   // (all have VRAM copies, no host hooks): the step then enqueues no host round trip and can be
@@ -84,7 +95,8 @@ class RoutedExpertsGpu {
  private:
   bool routes_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
   void count_device_layer(int64_t layer, int64_t n);
-  void run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
+  bool run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream,
+                     const NormAfter* norm_after);
   // gate, up, SwiGLU and down of `items` items of one token row each (item i reads row
   // dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.
   void compute_items(int64_t layer, int64_t items, const float* xn, cudaStream_t stream);
@@ -143,6 +155,7 @@ class RoutedExpertsGpu {
     const void** gate = nullptr;
     const void** up = nullptr;
     const void** down = nullptr;
+    unsigned* counter = nullptr;  // cuda::router_decode's, zero between launches
   } dr_;
   // Host side: pinned staging and routing scratch.
   PinnedBuffer h_xn_, h_rlogits_, h_cpu_out_, h_meta_;

@@ -25,7 +25,7 @@ enum KvCode : int { kKvF32 = 0, kKvF16 = 1, kKvQ8_0 = 2 };
 
 constexpr int kAttnWarps = 8;  // queries per block
 constexpr int kMaxHeadDim = 256;
-constexpr int kMinSplitPositions = 64;
+constexpr int kMinSplitPositions = 32;
 constexpr int kMaxSplits = 256;
 constexpr int kSplitAlign = 32;  // split lengths are whole tiles for every tile size
 
@@ -53,45 +53,62 @@ __host__ __device__ inline int64_t split_length(int64_t n_kv, int64_t bound) {
 
 // ---- KV store -----------------------------------------------------------------------------------
 
+// One side (K or V) of a store: n_tokens source rows of `elems` floats, row t at src + t * stride.
+struct KvStoreSide {
+  uint8_t* base;
+  size_t row_bytes;
+  int code;
+  int64_t elems;
+  const float* src;
+  int64_t stride;
+};
+
 // F32 / F16 rows: one thread per element.
-__global__ void kv_store_plain_kernel(uint8_t* base, size_t row_bytes, int code, int64_t elems,
-                                      const float* __restrict__ src, int64_t n_tokens,
-                                      int64_t pos0_host, const int32_t* device_pos0,
-                                      int64_t n_ctx) {
-  const int64_t pos0 = batch_pos0(device_pos0, pos0_host, n_tokens, n_ctx);
-  if (pos0 < 0) return;
-  for (int64_t i = grid_index(); i < n_tokens * elems; i += grid_stride()) {
-    const int64_t t = i / elems, e = i % elems;
-    uint8_t* row = base + (pos0 + t) * static_cast<int64_t>(row_bytes);
-    if (code == kKvF32) {
-      reinterpret_cast<float*>(row)[e] = src[i];
+__device__ __forceinline__ void kv_store_plain(const KvStoreSide& s, int64_t n_tokens,
+                                               int64_t pos0) {
+  for (int64_t i = grid_index(); i < n_tokens * s.elems; i += grid_stride()) {
+    const int64_t t = i / s.elems, e = i % s.elems;
+    uint8_t* row = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes);
+    const float x = s.src[t * s.stride + e];
+    if (s.code == kKvF32) {
+      reinterpret_cast<float*>(row)[e] = x;
     } else {
-      reinterpret_cast<__half*>(row)[e] = __float2half_rn(src[i]);
+      reinterpret_cast<__half*>(row)[e] = __float2half_rn(x);
     }
   }
 }
 
 // Q8_0 rows: one warp per block of 32, as quantize_row_q8_0_ref (d = amax / 127, q = roundf(x *
 // (1/d))), so the bytes equal the CPU cache's.
-__global__ void kv_store_q8_0_kernel(uint8_t* base, size_t row_bytes, int64_t elems,
-                                     const float* __restrict__ src, int64_t n_tokens,
-                                     int64_t pos0_host, const int32_t* device_pos0, int64_t n_ctx) {
-  const int64_t pos0 = batch_pos0(device_pos0, pos0_host, n_tokens, n_ctx);
-  if (pos0 < 0) return;
+__device__ __forceinline__ void kv_store_q8_0(const KvStoreSide& s, int64_t n_tokens,
+                                              int64_t pos0) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t blocks_per_row = elems / 32;
+  const int64_t blocks_per_row = s.elems / 32;
   const int64_t n_blocks = n_tokens * blocks_per_row;
   for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
     const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
-    const float x = src[t * elems + b * 32 + lane];
+    const float x = s.src[t * s.stride + b * 32 + lane];
     float amax = fabsf(x);
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, m));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t* blk = base + (pos0 + t) * static_cast<int64_t>(row_bytes) + b * 34;
+    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * 34;
     blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x * id)));
     if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
+  }
+}
+
+// Grid: y = side (0: K, 1: V); x strides over that side's elements. One launch for both sides.
+__global__ void kv_store_kernel(KvStoreSide k, KvStoreSide v, int64_t n_tokens, int64_t pos0_host,
+                                const int32_t* device_pos0, int64_t n_ctx) {
+  const int64_t pos0 = batch_pos0(device_pos0, pos0_host, n_tokens, n_ctx);
+  if (pos0 < 0) return;
+  const KvStoreSide& s = blockIdx.y == 0 ? k : v;
+  if (s.code == kKvQ8_0) {
+    kv_store_q8_0(s, n_tokens, pos0);
+  } else {
+    kv_store_plain(s, n_tokens, pos0);
   }
 }
 
@@ -291,9 +308,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
     }
     m = m_new;
   }
-  if (!active) return;
-
   const int64_t qidx = t * a.n_head + h;  // row of out / of the partials
+  if (!active) return;
   if (gridDim.z == 1) {
     float* o = a.out + qidx * a.hd_v;
 #pragma unroll
@@ -317,24 +333,40 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
 }
 
 // One block per query: out = sum_z acc_z e^(m_z - M) / sum_z l_z e^(m_z - M), M = max_z m_z
-// (finite: position 0 is visible to every query and lies in split 0).
-__global__ void attention_merge_kernel(const float* __restrict__ part_acc,
-                                       const float* __restrict__ part_ml, int n_split, int64_t n_q,
-                                       int hd_v, float* __restrict__ out) {
+// (finite: position 0 is visible to every query and lies in split 0). A query's empty splits
+// (l = 0) are a suffix: the positions it sees are a prefix. Only the non-empty ones are read,
+// in order, so a graph's fixed grid of mostly empty slices merges to the same bits as an eager
+// launch of just the slices needed, and costs no more. The (m, l) pairs are loaded in parallel.
+// (Merging in the last attention block to finish instead, behind a completion counter, was
+// slower: every one of a graph's ~500 mostly empty blocks then pays a fence and an atomic.)
+constexpr int kMergeThreads = 128;
+__global__ void __launch_bounds__(kMergeThreads)
+    attention_merge_kernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                           int n_split, int64_t n_q, int hd_v, float* __restrict__ out) {
+  __shared__ float sm[kMaxSplits], sl[kMaxSplits], scale[kMaxSplits];
+  __shared__ int n_used;
   const int64_t qidx = blockIdx.x;
-  float mx = -INFINITY;
-  for (int z = 0; z < n_split; ++z) mx = fmaxf(mx, part_ml[2 * (z * n_q + qidx)]);
-  float sum = 0.0f;
-  for (int z = 0; z < n_split; ++z) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) n_used = 0;
+  __syncthreads();
+  for (int z = tid; z < n_split; z += kMergeThreads) {
     const int64_t pi = z * n_q + qidx;
-    sum += part_ml[2 * pi + 1] * expf(part_ml[2 * pi] - mx);
+    sm[z] = part_ml[2 * pi];
+    sl[z] = part_ml[2 * pi + 1];
+    if (sl[z] > 0.0f) atomicMax(&n_used, z + 1);
   }
-  for (int d = static_cast<int>(threadIdx.x); d < hd_v; d += static_cast<int>(blockDim.x)) {
+  __syncthreads();
+  const int n = n_used;
+  float mx = -INFINITY;
+  for (int z = 0; z < n; ++z) mx = fmaxf(mx, sm[z]);
+  for (int z = tid; z < n; z += kMergeThreads) scale[z] = expf(sm[z] - mx);
+  __syncthreads();
+  float sum = 0.0f;
+  for (int z = 0; z < n; ++z) sum += sl[z] * scale[z];
+  for (int d = tid; d < hd_v; d += kMergeThreads) {
     float o = 0.0f;
-    for (int z = 0; z < n_split; ++z) {
-      const int64_t pi = z * n_q + qidx;
-      o += part_acc[pi * hd_v + d] * expf(part_ml[2 * pi] - mx);
-    }
+#pragma unroll 4
+    for (int z = 0; z < n; ++z) o += part_acc[(z * n_q + qidx) * hd_v + d] * scale[z];
     out[qidx * hd_v + d] = o / sum;
   }
 }
@@ -385,22 +417,6 @@ void check_positions(const DeviceKvLayer& kv, int64_t n_tokens, int64_t pos0, co
                 " exceeded (positions " + std::to_string(pos0) + " .. " +
                 std::to_string(pos0 + n_tokens - 1) + ")");
   }
-}
-
-void launch_kv_store(GgmlType type, void* base, size_t row_bytes, int64_t elems, const float* src,
-                     int64_t n_tokens, int64_t pos0, const int32_t* device_pos0, int64_t n_ctx,
-                     cudaStream_t stream) {
-  auto* b = static_cast<uint8_t*>(base);
-  const int code = kv_code(type, "kv_store");
-  if (code == kKvQ8_0) {
-    const int64_t threads = n_tokens * (elems / 32) * 32;
-    kv_store_q8_0_kernel<<<elem_blocks(threads), kElemThreads, 0, stream>>>(
-        b, row_bytes, elems, src, n_tokens, pos0, device_pos0, n_ctx);
-  } else {
-    kv_store_plain_kernel<<<elem_blocks(n_tokens * elems), kElemThreads, 0, stream>>>(
-        b, row_bytes, code, elems, src, n_tokens, pos0, device_pos0, n_ctx);
-  }
-  MOE_CUDA_CHECK(cudaGetLastError());
 }
 
 // SMs of the current device, asked once per device (a driver call per launch costs more than a
@@ -498,15 +514,34 @@ void launch_attention_kernel(const AttnArgs& a, int64_t n_head_kv, int n_split,
 }  // namespace
 
 void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n_tokens,
-              int64_t pos0, cudaStream_t stream, const int32_t* device_pos0) {
+              int64_t pos0, cudaStream_t stream, const int32_t* device_pos0, int64_t k_stride,
+              int64_t v_stride) {
   check_kv(kv, "kv_store");
   check_positions(kv, n_tokens, pos0, "kv_store");
   if (n_tokens == 0) return;
   if (!k || !v) throw Error("kv_store: null device pointer");
-  launch_kv_store(kv.k_type, kv.k, kv.k_row_bytes, kv.k_elems, k, n_tokens, pos0, device_pos0,
-                  kv.n_ctx, stream);
-  launch_kv_store(kv.v_type, kv.v, kv.v_row_bytes, kv.v_elems, v, n_tokens, pos0, device_pos0,
-                  kv.n_ctx, stream);
+  if (k_stride == 0) k_stride = kv.k_elems;
+  if (v_stride == 0) v_stride = kv.v_elems;
+  if (k_stride < kv.k_elems || v_stride < kv.v_elems) {
+    throw Error("kv_store: a source row stride is shorter than the cache row (" +
+                std::to_string(k_stride) + " < " + std::to_string(kv.k_elems) + " or " +
+                std::to_string(v_stride) + " < " + std::to_string(kv.v_elems) + ")");
+  }
+  const KvStoreSide ks{static_cast<uint8_t*>(kv.k),
+                       kv.k_row_bytes,
+                       kv_code(kv.k_type, "kv_store"),
+                       kv.k_elems,
+                       k,
+                       k_stride};
+  const KvStoreSide vs{static_cast<uint8_t*>(kv.v),
+                       kv.v_row_bytes,
+                       kv_code(kv.v_type, "kv_store"),
+                       kv.v_elems,
+                       v,
+                       v_stride};
+  const dim3 grid(elem_blocks(n_tokens * std::max(kv.k_elems, kv.v_elems)), 2);
+  kv_store_kernel<<<grid, kElemThreads, 0, stream>>>(ks, vs, n_tokens, pos0, device_pos0, kv.n_ctx);
+  MOE_CUDA_CHECK(cudaGetLastError());
 }
 
 size_t attention_workspace_bytes(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
@@ -567,7 +602,7 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
   }
   if (plan.n_split > 1) {
     const int64_t n_q = n_tokens * n_head;
-    attention_merge_kernel<<<static_cast<unsigned>(n_q), 128, 0, stream>>>(
+    attention_merge_kernel<<<static_cast<unsigned>(n_q), kMergeThreads, 0, stream>>>(
         a.part_acc, a.part_ml, plan.n_split, n_q, a.hd_v, out);
     MOE_CUDA_CHECK(cudaGetLastError());
   }

@@ -28,8 +28,11 @@ struct DeviceKvLayer {
 // With device_pos0 (a device int32) the positions start at the value it holds when the kernel
 // runs, so a captured CUDA graph serves every decode step; the host still validates `pos0` (the
 // position of this enqueue), and a device value outside [0, n_ctx - n_tokens] writes nothing.
+// Source row t of k is at k + t * k_stride (0: k_elems; at least k_elems), likewise for v: the
+// projections may sit side by side in one row. Both sides are stored by one launch.
 void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n_tokens,
-              int64_t pos0, cudaStream_t stream, const int32_t* device_pos0 = nullptr);
+              int64_t pos0, cudaStream_t stream, const int32_t* device_pos0 = nullptr,
+              int64_t k_stride = 0, int64_t v_stride = 0);
 
 // Causal GQA attention, everything f32 inside: q [n_tokens, n_head * head_dim_k] (row stride
 // q_stride floats), token t at position pos0 + t attends to cache positions [0, pos0 + t]; query

@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_matrix.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/expert_matmul.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/qk_norm_rope.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
 #include "tests/random_blocks.h"
@@ -149,6 +151,14 @@ int main(int argc, char** argv) {
                                                 E, 1e-6f, s);
                            }),
            0, ceiling);
+    report("residual add + rmsnorm fused 1 x 2048",
+           time_per_launch(o,
+                           [&](cudaStream_t s, int) {
+                             moe::cuda::add_rmsnorm(y.as<float>() + E, x.as<float>(),
+                                                    norm.as<float>(), y.as<float>(), 1, E, 1e-6f,
+                                                    s);
+                           }),
+           0, ceiling);
     report("residual add 2048",
            time_per_launch(o,
                            [&](cudaStream_t s, int) {
@@ -161,7 +171,8 @@ int main(int argc, char** argv) {
       const char* what;
     };
     for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
-      for (const Shape sh : {Shape{E, 4096, "q"}, Shape{E, 512, "k/v"}, Shape{4096, E, "o"}}) {
+      for (const Shape sh : {Shape{E, 4096, "q"}, Shape{E, 512, "k/v"}, Shape{E, 5120, "q+k+v"},
+                             Shape{4096, E, "o"}}) {
         const Rotated w = rotated_matrices(t, sh.n_in, sh.n_out, o, rng);
         const size_t rb = *moe::ggml_row_bytes(t, static_cast<uint64_t>(sh.n_in));
         const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
@@ -181,6 +192,36 @@ int main(int argc, char** argv) {
         moe::cuda::matmul(m, x.as<float>(), 1, y.as<float>(), s);
       });
       report("F32 router GEMV 2048 x 128", us, 4.0 * E * X, ceiling);
+      DeviceBuffer table(3 * X * sizeof(void*)), out(X * 8 + K * 40), counter(4);
+      MOE_CUDA_CHECK(cudaMemset(table.get(), 0, table.size()));
+      MOE_CUDA_CHECK(cudaMemset(counter.get(), 0, 4));
+      auto* f = out.as<float>();
+      const auto** pp = reinterpret_cast<const void**>(f + 2 * X + 2 * K);
+      const moe::cuda::RouterDecodeOut ro{f,
+                                          f + X,
+                                          reinterpret_cast<int32_t*>(f + 2 * X),
+                                          f + 2 * X + K,
+                                          table.as<const void*>(),
+                                          pp,
+                                          pp + K,
+                                          pp + 2 * K,
+                                          static_cast<unsigned*>(counter.get())};
+      const double fused = time_per_launch(o, [&](cudaStream_t s, int i) {
+        const auto m = moe::cuda::make_device_matrix(GgmlType::F32, w.copy(i), E, X);
+        moe::cuda::router_decode(m, x.as<float>(), K, ro, s);
+      });
+      report("router fused: F32 GEMV + top-8 + pointers", fused, 4.0 * E * X, ceiling);
+    }
+    {
+      const int64_t V = 151936;  // the output head: the largest decode GEMV
+      const Rotated w = rotated_matrices(GgmlType::Q6_K, E, V, o, rng);
+      DeviceBuffer logits(V * sizeof(float));
+      const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
+        const auto m = moe::cuda::make_device_matrix(GgmlType::Q6_K, w.copy(i), E, V);
+        moe::cuda::matmul(m, x.as<float>(), 1, logits.as<float>(), s);
+      });
+      report("q6_K GEMV 2048 x 151936 (output head)", us,
+             static_cast<double>(*moe::ggml_row_bytes(GgmlType::Q6_K, E)) * V, ceiling);
     }
 
     // A decode step's 8 routed experts: gate and up Q4_K 2048 -> 768, down Q6_K 768 -> 2048,
@@ -232,8 +273,69 @@ int main(int argc, char** argv) {
                                                        1, h.as<float>(), F, y.as<float>(), s);
                            }),
            static_cast<double>(K * db), ceiling);
+    {
+      // A decode step's attention block, qwen3-30b-a3b shapes (32 q heads, 4 KV heads of 128,
+      // f16 cache), at a device position as in the graphed step, at 3 context lengths.
+      const int64_t H = 32, HK = 4, hd = 128, n_ctx = 4096;
+      moe::cuda::DeviceKvLayer kv{};
+      kv.k_type = kv.v_type = GgmlType::F16;
+      kv.k_elems = kv.v_elems = HK * hd;
+      kv.k_row_bytes = kv.v_row_bytes = static_cast<size_t>(2 * HK * hd);
+      kv.n_ctx = n_ctx;
+      DeviceBuffer kc(kv.k_row_bytes * n_ctx), vc(kv.v_row_bytes * n_ctx), pos(4),
+          qkv((H + 2 * HK) * hd * 4), out(H * hd * 4);
+      MOE_CUDA_CHECK(cudaMemset(kc.get(), 0, kc.size()));
+      MOE_CUDA_CHECK(cudaMemset(vc.get(), 0, vc.size()));
+      MOE_CUDA_CHECK(cudaMemcpy(qkv.get(), x_host.data(), qkv.size(), cudaMemcpyHostToDevice));
+      kv.k = kc.get();
+      kv.v = vc.get();
+      float* q = qkv.as<float>();
+      const int64_t S = (H + 2 * HK) * hd;
+      const auto* dpos = pos.as<int32_t>();
+      const size_t ws_bytes = moe::cuda::attention_workspace_bytes(1, 0, H, HK, hd, true);
+      DeviceBuffer ws(std::max<size_t>(ws_bytes, 4));
+      for (const int32_t p : {63, 511, 2047}) {
+        MOE_CUDA_CHECK(cudaMemcpy(pos.get(), &p, 4, cudaMemcpyHostToDevice));
+        const std::string at = " at position " + std::to_string(p);
+        report(("q/k norm + RoPE" + at).c_str(),
+               time_per_launch(o,
+                               [&](cudaStream_t s, int) {
+                                 moe::cuda::qk_norm_rope({q, S, H, norm.as<float>()},
+                                                         {q + H * hd, S, HK, norm.as<float>()}, 1,
+                                                         hd, 1e-6f, hd, p, 1e6f, s, dpos);
+                               }),
+               0, ceiling);
+        report(("K/V store" + at).c_str(),
+               time_per_launch(o,
+                               [&](cudaStream_t s, int) {
+                                 moe::cuda::kv_store(kv, q + H * hd, q + (H + HK) * hd, 1, p, s,
+                                                     dpos, S, S);
+                               }),
+               0, ceiling);
+        report(("attention + merge" + at).c_str(),
+               time_per_launch(o,
+                               [&](cudaStream_t s, int) {
+                                 moe::cuda::attention(kv, q, S, 1, p, H, HK, hd, hd, 0.088f,
+                                                      out.as<float>(), ws.get(), ws_bytes, s, dpos);
+                               }),
+               0, ceiling);
+      }
+    }
+    {
+      const auto wts = moe::test::random_floats(K, rng);
+      DeviceBuffer dwts(K * 4), xr(E * 4);
+      MOE_CUDA_CHECK(cudaMemcpy(dwts.get(), wts.data(), K * 4, cudaMemcpyHostToDevice));
+      report("combine 8 items + rmsnorm fused 1 x 2048",
+             time_per_launch(o,
+                             [&](cudaStream_t s, int) {
+                               moe::cuda::combine_rmsnorm(x.as<float>(), dwts.as<float>(), K,
+                                                          xr.as<float>(), norm.as<float>(),
+                                                          y.as<float>(), E, 1e-6f, s);
+                             }),
+             0, ceiling);
+    }
     DeviceBuffer probs(X * 4), ids(K * 4), weights(K * 4);
-    report("router softmax + top-8 of 128",
+    report("router softmax + top-8 of 128 (4 tokens' kernel, 1 token)",
            time_per_launch(o,
                            [&](cudaStream_t s, int) {
                              moe::cuda::router_topk(x.as<float>(), 1, X, K, probs.as<float>(),

@@ -217,44 +217,53 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(Args a) {
 
 constexpr int kRowThreads = 256;
 
+// One output of a float-weight row: the sum over n_in of wr[i] * x[i], by a block of kRowThreads
+// (all of them call it; thread 0 gets the sum). The decode router (router.cu) uses it too, so its
+// logits equal this GEMV's bit for bit.
+template <class Dec>
+__device__ __forceinline__ float float_row_dot(const uint8_t* wr, const float* x, int64_t n_in,
+                                               float (&red)[kRowThreads / 32]) {
+  const int tid = static_cast<int>(threadIdx.x);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = tid;
+  for (; i + 7 * kRowThreads < n_in; i += 8 * kRowThreads) {
+    float wv[8], xv[8];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      Dec::decode(wr, i + t * kRowThreads, &wv[t]);
+      xv[t] = __ldg(x + i + t * kRowThreads);
+    }
+#pragma unroll
+    for (int t = 0; t < 8; ++t) acc[t % 4] = fmaf(wv[t], xv[t], acc[t % 4]);
+  }
+  for (; i < n_in; i += kRowThreads) {
+    float wv;
+    Dec::decode(wr, i, &wv);
+    acc[0] = fmaf(wv, __ldg(x + i), acc[0]);
+  }
+  const float s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  if (tid % 32 == 0) red[tid / 32] = s;
+  __syncthreads();
+  float total = 0.0f;
+  if (tid == 0) {
+#pragma unroll
+    for (int k = 0; k < kRowThreads / 32; ++k) total += red[k];
+  }
+  __syncthreads();  // red may be reused at once
+  return total;
+}
+
 template <class Dec>
 __global__ void __launch_bounds__(kRowThreads) gemv_float_row_kernel(Args a) {
   __shared__ float red[kRowThreads / 32];
-  const int tid = static_cast<int>(threadIdx.x);
   int64_t r0, r1;
   const uint8_t* w = group_range(a, static_cast<int>(blockIdx.y), r0, r1);
   const auto o = static_cast<int64_t>(blockIdx.x);
   if (!w) return fill_nan(a, r0, r1, o, 1);
   const uint8_t* wr = w + o * static_cast<int64_t>(a.row_bytes);
   for (int64_t j = r0; j < r1; ++j) {
-    const float* x = x_row(a, j);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int64_t i = tid;
-    for (; i + 7 * kRowThreads < a.n_in; i += 8 * kRowThreads) {
-      float wv[8], xv[8];
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        Dec::decode(wr, i + t * kRowThreads, &wv[t]);
-        xv[t] = __ldg(x + i + t * kRowThreads);
-      }
-#pragma unroll
-      for (int t = 0; t < 8; ++t) acc[t % 4] = fmaf(wv[t], xv[t], acc[t % 4]);
-    }
-    for (; i < a.n_in; i += kRowThreads) {
-      float wv;
-      Dec::decode(wr, i, &wv);
-      acc[0] = fmaf(wv, __ldg(x + i), acc[0]);
-    }
-    const float s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
-    if (tid % 32 == 0) red[tid / 32] = s;
-    __syncthreads();
-    if (tid == 0) {
-      float total = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kRowThreads / 32; ++k) total += red[k];
-      a.y[j * a.n_out + o] = total;
-    }
-    __syncthreads();  // red is reused by the next row
+    const float total = float_row_dot<Dec>(wr, x_row(a, j), a.n_in, red);
+    if (threadIdx.x == 0) a.y[j * a.n_out + o] = total;
   }
 }
 

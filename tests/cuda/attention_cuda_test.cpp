@@ -3,6 +3,7 @@
 // and long-context decode (the split + merge path).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -235,6 +236,39 @@ TEST(AttentionCuda, DevicePositionOutsideTheCacheWritesNothing) {
   }
 }
 
+// K and V read from one row holding q, k and v side by side (the fused projection's output)
+// store the same bytes as from contiguous rows, for each cache type on each side.
+TEST(AttentionCuda, StridedSourcesStoreTheSameBytes) {
+  MOE_REQUIRE_GPU();
+  std::mt19937 rng(std::random_device{}());
+  const Shape s = kGqa4x2;
+  const int64_t n = 3, pos0 = 4;
+  for (const auto& [kt, vt] :
+       {std::pair{GgmlType::F32, GgmlType::F16}, std::pair{GgmlType::Q8_0, GgmlType::F32},
+        std::pair{GgmlType::F16, GgmlType::Q8_0}}) {
+    Cache a = make_cache(kt, vt, s, 16), b = make_cache(kt, vt, s, 16);
+    const int64_t ke = a.kv.k_elems, ve = a.kv.v_elems, q = s.n_head * s.hd_k;
+    const int64_t stride = q + ke + ve;
+    const auto rows = test::random_floats(n * stride, rng);
+    std::vector<float> k(static_cast<size_t>(n * ke)), v(static_cast<size_t>(n * ve));
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(rows.begin() + t * stride + q, ke, k.begin() + t * ke);
+      std::copy_n(rows.begin() + t * stride + q + ke, ve, v.begin() + t * ve);
+    }
+    const auto drows = test::to_device(rows), dk = test::to_device(k), dv = test::to_device(v);
+    kv_store(a.kv, dk.as<float>(), dv.as<float>(), n, pos0, nullptr);
+    kv_store(b.kv, drows.as<float>() + q, drows.as<float>() + q + ke, n, pos0, nullptr, nullptr,
+             stride, stride);
+    EXPECT_EQ(test::to_host<uint8_t>(a.k, a.k.size()), test::to_host<uint8_t>(b.k, b.k.size()));
+    EXPECT_EQ(test::to_host<uint8_t>(a.v, a.v.size()), test::to_host<uint8_t>(b.v, b.v.size()));
+    // And the bytes are the CPU cache's encodings.
+    const auto got = test::to_host<uint8_t>(b.k, b.k.size());
+    const auto want = encode_row(kt, k.data() + ke, ke);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(),
+                           got.begin() + static_cast<int64_t>(a.kv.k_row_bytes) * (pos0 + 1)));
+  }
+}
+
 // Host-side argument checks (no GPU needed: they throw before any CUDA call).
 TEST(AttentionCuda, RejectsBadArguments) {
   auto* f = reinterpret_cast<float*>(uintptr_t{0x10000});
@@ -246,6 +280,7 @@ TEST(AttentionCuda, RejectsBadArguments) {
   kv.n_ctx = 16;
   test::expect_error([&] { kv_store(kv, f, f, 4, 13, nullptr); }, "context length");
   test::expect_error([&] { kv_store(kv, f, f, 1, -1, nullptr); }, "context length");
+  test::expect_error([&] { kv_store(kv, f, f, 1, 0, nullptr, nullptr, 100, 0); }, "stride");
   test::expect_error([&] { attention(kv, f, 256, 4, 13, 4, 2, 64, 64, 0.1f, f, nullptr); },
                      "context length");
   test::expect_error([&] { attention(kv, f, 256, 1, 0, 3, 2, 64, 64, 0.1f, f, nullptr); },

@@ -56,7 +56,7 @@ std::vector<double> reference(const HostMatrix& m, const std::vector<float>& x, 
 
 std::vector<int64_t> n_in_cases(GgmlType t) {
   const int64_t block = ggml_type_info_or_throw(t).block_size;
-  if (block == 1) return {67, 512};  // float types: rows need not be a multiple of 8
+  if (block == 1) return {67, 512};           // float types: rows need not be a multiple of 8
   if (block == 256) return {256, 512, 2304};  // 2304: more units than a warp's lanes
   return {3 * block, 512};
 }

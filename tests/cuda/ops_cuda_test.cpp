@@ -17,6 +17,7 @@
 #include "kernels/cpu/dequant.h"
 #include "kernels/cuda/device_matrix.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/matmul.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/router.h"
@@ -164,6 +165,56 @@ TEST(OpsCuda, RmsNormMatchesCpu) {
   }
 }
 
+// The residual add fused into the norm: x ends as x + delta exactly, and y equals rmsnorm() of
+// that sum bit for bit.
+TEST(OpsCuda, AddRmsNormEqualsAddThenRmsNorm) {
+  MOE_REQUIRE_GPU();
+  auto rng = seeded_rng();
+  for (const auto& [n_rows, n] : {std::pair<int64_t, int64_t>{1, 2048}, {4, 4096}, {3, 67}}) {
+    const auto x = test::random_floats(n_rows * n, rng), d = test::random_floats(n_rows * n, rng);
+    const auto w = test::random_floats(n, rng);
+    const auto dx = test::to_device(x), dd = test::to_device(d), dw = test::to_device(w);
+    const auto size = static_cast<size_t>(n_rows * n);
+    cuda::DeviceBuffer dy(size * sizeof(float)), dref(size * sizeof(float));
+    add_rmsnorm(dx.as<float>(), dd.as<float>(), dw.as<float>(), dy.as<float>(), n_rows, n, 1e-6f,
+                nullptr);
+    std::vector<float> sum(size);
+    for (size_t i = 0; i < size; ++i) sum[i] = x[i] + d[i];
+    const auto got_x = test::to_host<float>(dx, size);
+    EXPECT_EQ(got_x, sum) << n_rows << " x " << n;
+    rmsnorm(dx.as<float>(), dw.as<float>(), dref.as<float>(), n_rows, n, 1e-6f, nullptr);
+    EXPECT_EQ(test::to_host<float>(dy, size), test::to_host<float>(dref, size))
+        << n_rows << " x " << n;
+  }
+}
+
+// One token's combine fused with the next norm: the residual equals combine_rows' (accumulating)
+// bit for bit, the norm rmsnorm's of it.
+TEST(OpsCuda, CombineRmsNormEqualsCombineThenRmsNorm) {
+  MOE_REQUIRE_GPU();
+  auto rng = seeded_rng();
+  for (const auto& [n, k] : {std::pair<int64_t, int32_t>{2048, 8}, {67, 3}, {1024, 1}}) {
+    const auto y = test::random_floats(k * n, rng), x = test::random_floats(n, rng);
+    const auto w = test::random_floats(n, rng), weights = test::random_floats(k, rng);
+    std::vector<int32_t> rows(static_cast<size_t>(k)), offsets{0, k};
+    std::iota(rows.begin(), rows.end(), 0);
+    const auto dy = test::to_device(y), dwt = test::to_device(weights), dw = test::to_device(w);
+    const auto drows = test::to_device(rows), doff = test::to_device(offsets);
+    const auto dx = test::to_device(x), dx_ref = test::to_device(x);
+    cuda::DeviceBuffer dout(static_cast<size_t>(n) * 4), dref(static_cast<size_t>(n) * 4);
+    combine_rmsnorm(dy.as<float>(), dwt.as<float>(), k, dx.as<float>(), dw.as<float>(),
+                    dout.as<float>(), n, 1e-6f, nullptr);
+    combine_rows(dy.as<float>(), doff.as<int32_t>(), drows.as<int32_t>(), dwt.as<float>(), 1, n,
+                 /*accumulate=*/true, dx_ref.as<float>(), nullptr);
+    rmsnorm(dx_ref.as<float>(), dw.as<float>(), dref.as<float>(), 1, n, 1e-6f, nullptr);
+    const auto size = static_cast<size_t>(n);
+    EXPECT_EQ(test::to_host<float>(dx, size), test::to_host<float>(dx_ref, size)) << n;
+    // The fused kernel sums the squares over more threads (another order of double additions).
+    expect_close(test::to_host<float>(dout, size), test::to_host<float>(dref, size), 1e-6, 0,
+                 "combine + rmsnorm " + std::to_string(n));
+  }
+}
+
 TEST(OpsCuda, RopeNeoxMatchesCpu) {
   MOE_REQUIRE_GPU();
   auto rng = seeded_rng();
@@ -249,6 +300,72 @@ TEST(OpsCuda, RouterTopKMatchesCpuIncludingTies) {
   }
 }
 
+// The fused decode router: its logits equal matmul()'s bit for bit, its choice equals the CPU
+// router's on those logits, and it gathers the chosen experts' pointers; launched repeatedly, the
+// shared completion counter returns to zero each time.
+TEST(OpsCuda, RouterDecodeMatchesMatmulAndCpuRouter) {
+  MOE_REQUIRE_GPU();
+  auto rng = seeded_rng();
+  struct Case {
+    GgmlType type;
+    int64_t n_in, n_expert, k;
+  };
+  for (const Case& c : {Case{GgmlType::F32, 2048, 128, 8}, Case{GgmlType::F16, 512, 60, 4},
+                        Case{GgmlType::BF16, 256, 256, 8}, Case{GgmlType::F32, 4096, 8, 8}}) {
+    const std::string what = std::string(ggml_type_info_or_throw(c.type).name) + " " +
+                             std::to_string(c.n_expert) + "x" + std::to_string(c.n_in);
+    std::vector<uint8_t> wbytes;
+    for (int64_t e = 0; e < c.n_expert; ++e) {
+      const auto row = test::random_row(c.type, c.n_in, rng);
+      wbytes.insert(wbytes.end(), row.begin(), row.end());
+    }
+    const auto dw = test::to_device(wbytes);
+    const DeviceMatrix w = make_device_matrix(c.type, dw.get(), c.n_in, c.n_expert);
+    // Fake expert pointers: only copied, never dereferenced.
+    std::vector<uintptr_t> table(static_cast<size_t>(3 * c.n_expert));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = 0x100000 + 64 * i;
+    const auto dtable = test::to_device(table);
+    const auto n = static_cast<size_t>(c.n_expert), k = static_cast<size_t>(c.k);
+    DeviceBuffer dlog(n * 4), dref(n * 4), dp(n * 4), di(k * 4), dwt(k * 4), dptr(3 * k * 8),
+        dcount(4);
+    ASSERT_EQ(cudaMemset(dcount.get(), 0, 4), cudaSuccess);
+    const auto** gate = static_cast<const void**>(dptr.get());
+    const RouterDecodeOut out{dlog.as<float>(),
+                              dp.as<float>(),
+                              di.as<int32_t>(),
+                              dwt.as<float>(),
+                              static_cast<const void* const*>(dtable.get()),
+                              gate,
+                              gate + k,
+                              gate + 2 * k,
+                              static_cast<unsigned*>(dcount.get())};
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto dx = test::to_device(test::random_floats(c.n_in, rng));
+      router_decode(w, dx.as<float>(), c.k, out, nullptr);
+      matmul(w, dx.as<float>(), 1, dref.as<float>(), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto logits = test::to_host<float>(dlog, n);
+      EXPECT_EQ(logits, test::to_host<float>(dref, n)) << what << ": logits differ from matmul";
+      std::vector<float> want_p(n), want_w(k);
+      std::vector<int32_t> want_i(k);
+      model::route_token(logits.data(), c.n_expert, c.k, nullptr, want_p.data(), want_i.data(),
+                         want_w.data());
+      const auto ids = test::to_host<int32_t>(di, k);
+      EXPECT_EQ(ids, want_i) << what;
+      expect_close(test::to_host<float>(dp, n), want_p, 1e-6, 1e-12, what + " probs");
+      expect_close(test::to_host<float>(dwt, k), want_w, 2e-6, 1e-12, what + " weights");
+      const auto ptrs = test::to_host<uintptr_t>(dptr, 3 * k);
+      for (size_t j = 0; j < k; ++j) {
+        const auto e = static_cast<size_t>(want_i[j]);
+        EXPECT_EQ(ptrs[j], table[3 * e]) << what << " gate " << j;
+        EXPECT_EQ(ptrs[k + j], table[3 * e + 1]) << what << " up " << j;
+        EXPECT_EQ(ptrs[2 * k + j], table[3 * e + 2]) << what << " down " << j;
+      }
+      EXPECT_EQ(test::to_host<unsigned>(dcount, 1)[0], 0u) << what << ": counter not reset";
+    }
+  }
+}
+
 // Host-side argument checks (no GPU needed: they throw before any CUDA call).
 TEST(OpsCuda, RejectsBadArguments) {
   auto* f = reinterpret_cast<float*>(uintptr_t{0x10000});
@@ -258,12 +375,24 @@ TEST(OpsCuda, RejectsBadArguments) {
   test::expect_error([&] { add_inplace(f, nullptr, 4, nullptr); }, "null");
   test::expect_error([&] { combine_rows(f, i32, i32, nullptr, 2, 8, false, f, nullptr); }, "null");
   test::expect_error([&] { rmsnorm(f, f, f, 2, 0, 1e-6f, nullptr); }, "shape");
+  test::expect_error([&] { add_rmsnorm(f, f, f, f, 2, 8, 1e-6f, nullptr); }, "alias");
+  test::expect_error([&] { combine_rmsnorm(f, f, 8, f, f, f + 64, 4096, 1e-6f, nullptr); }, "4096");
+  test::expect_error([&] { combine_rmsnorm(f, f, 8, f, f, f, 64, 1e-6f, nullptr); }, "alias");
+  test::expect_error([&] { add_rmsnorm(f, nullptr, f, f + 64, 2, 8, 1e-6f, nullptr); }, "null");
   test::expect_error([&] { rope_neox(f, 1, 128, 1, 128, 63, 0, 1e4f, nullptr); }, "n_rot");
   test::expect_error([&] { rope_neox(f, 1, 128, 1, 128, 256, 0, 1e4f, nullptr); }, "n_rot");
   test::expect_error([&] { rope_neox(f, 1, 100, 1, 128, 64, 0, 1e4f, nullptr); }, "row_stride");
   test::expect_error([&] { router_topk(f, 1, 128, 33, f, i32, f, nullptr); }, "k 33");
   test::expect_error([&] { router_topk(f, 1, 2048, 8, f, i32, f, nullptr); }, "n_expert");
   test::expect_error([&] { router_topk(f, 1, 4, 8, f, i32, f, nullptr); }, "k 8");
+  const DeviceMatrix rw = make_device_matrix(GgmlType::F32, f, 64, 16);
+  const auto** pp = reinterpret_cast<const void**>(f);
+  const RouterDecodeOut ro{f, f, i32, f, pp, pp, pp, pp, reinterpret_cast<unsigned*>(i32)};
+  test::expect_error([&] { router_decode(rw, f, 17, ro, nullptr); }, "k 17");
+  test::expect_error([&] { router_decode(rw, nullptr, 8, ro, nullptr); }, "null");
+  test::expect_error(
+      [&] { router_decode(make_device_matrix(GgmlType::Q8_0, f, 64, 16), f, 8, ro, nullptr); },
+      "q8_0");
   const DeviceMatrix w = make_device_matrix(GgmlType::Q8_0, f, 32, 4);
   test::expect_error([&] { get_rows(w, nullptr, 2, f, nullptr); }, "null");
   DeviceMatrix bad = w;
