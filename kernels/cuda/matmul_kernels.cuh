@@ -374,6 +374,8 @@ namespace moe::cuda::detail {
 // Q4_K with one activation row per group, the activation row staged in shared memory
 // (gemv_q4k.cu); false (nothing launched) for rows too long to stage.
 bool launch_gemv_q4k(const Args& a, unsigned n_groups, cudaStream_t stream);
+// Q6_K likewise (gemv_q6k.cu); false also for products of fewer rows than it pays for.
+bool launch_gemv_q6k(const Args& a, unsigned n_groups, cudaStream_t stream);
 
 template <class Dec>
 void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
@@ -393,6 +395,8 @@ void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
   const unsigned n_groups = p.offsets ? static_cast<unsigned>(p.n_groups) : 1u;
   if constexpr (std::is_same_v<Dec, dq::Q4_K>) {
     if (p.max_rows_per_group == 1 && launch_gemv_q4k(a, n_groups, stream)) return;
+  } else if constexpr (std::is_same_v<Dec, dq::Q6_K>) {
+    if (p.max_rows_per_group == 1 && launch_gemv_q6k(a, n_groups, stream)) return;
   } else if constexpr (Dec::kPer == 1) {
     if (p.max_rows_per_group == 1) {
       gemv_float_row_kernel<Dec>

@@ -156,6 +156,56 @@ TEST(GroupedMatmulCuda, NullGroupPointerGivesNanRowsAndLeavesOthersCorrect) {
   }
 }
 
+// Decode items of Q6_K experts (ffn_down of the Q4_K_M mixes: 8 groups of 2048 rows, above the
+// staged GEMV's threshold) against a double reference; a null group gives NaN rows only.
+TEST(GroupedMatmulCuda, Q6KDecodeItemsOnTheStagedGemv) {
+  MOE_REQUIRE_GPU();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const GgmlType type = GgmlType::Q6_K;
+  const int64_t n_in = 768, n_out = 2048, n_groups = 8;
+  const size_t row_bytes = static_cast<size_t>(*ggml_row_bytes(type, n_in));
+  std::vector<uint8_t> wbytes;
+  std::vector<float> wvals(static_cast<size_t>(n_groups * n_out * n_in));
+  for (int64_t r = 0; r < n_groups * n_out; ++r) {
+    const auto row = test::random_row(type, n_in, rng);
+    wbytes.insert(wbytes.end(), row.begin(), row.end());
+    cpu::dequantize_row(type, row.data(), wvals.data() + r * n_in, n_in);
+  }
+  const auto dw = test::to_device(wbytes);
+  std::vector<const void*> ptrs;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    ptrs.push_back(g == 5 ? nullptr : dw.as<uint8_t>() + g * n_out * row_bytes);
+  }
+  std::vector<int32_t> offsets(static_cast<size_t>(n_groups + 1));
+  std::iota(offsets.begin(), offsets.end(), 0);
+  const auto dptrs = test::to_device(ptrs), doff = test::to_device(offsets);
+  const auto x = test::random_floats(n_groups * n_in, rng);
+  const auto dx = test::to_device(x);
+  cuda::DeviceBuffer dy(static_cast<size_t>(n_groups * n_out) * sizeof(float));
+  grouped_matmul(type, n_in, n_out, row_bytes, dptrs.as<const void*>(), doff.as<int32_t>(),
+                 static_cast<int32_t>(n_groups), doff.as<int32_t>(), n_groups, 1, dx.as<float>(),
+                 n_in, dy.as<float>(), nullptr);
+  const auto y = test::to_host<float>(dy, static_cast<size_t>(n_groups * n_out));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const std::vector<float> got(y.begin() + g * n_out, y.begin() + (g + 1) * n_out);
+    if (g == 5) {
+      for (const float v : got) ASSERT_TRUE(std::isnan(v)) << "group " << g;
+      continue;
+    }
+    std::vector<double> want(static_cast<size_t>(n_out));
+    for (int64_t o = 0; o < n_out; ++o) {
+      const float* wr = wvals.data() + (g * n_out + o) * n_in;
+      double s = 0;
+      for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(wr[i]) * x[g * n_in + i];
+      want[static_cast<size_t>(o)] = s;
+    }
+    EXPECT_LE(test::normalized_error(got, want), test::gpu_product_tolerance(type, 1))
+        << "group " << g;
+  }
+}
+
 // The fused decode gate/up/SwiGLU against a double reference, and against the separate products
 // plus swiglu() on the GPU; a null up pointer gives NaN rows for its item only.
 TEST(GroupedMatmulCuda, FusedGateUpSwigluMatchesSeparateProducts) {

@@ -125,6 +125,41 @@ TEST(MatmulCuda, PaddedRowsAndOwnStream) {
 }
 
 // Host-side argument checks: they throw before any CUDA call, so they run without a GPU too.
+// The staged Q6_K decode GEMV (gemv_q6k.cu) takes products of 2048+ rows: odd row counts, rows
+// only 2-byte aligned, activations without float4 alignment, the longest staged row and one
+// beyond it (the general GEMV again).
+TEST(MatmulCuda, Q6KDecodeGemvOnLargeShapes) {
+  MOE_REQUIRE_GPU();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  struct Shape {
+    int64_t n_in, n_out;
+    size_t pad;
+    int64_t x_off;
+  };
+  for (const Shape& sh : {Shape{2048, 2051, 0, 0}, Shape{768, 2048, 2, 1}, Shape{11264, 2048, 0, 0},
+                          Shape{11520, 2048, 0, 0}}) {
+    const HostMatrix m = random_matrix(GgmlType::Q6_K, sh.n_in, sh.n_out, sh.pad, rng);
+    const auto dw = test::to_device(m.bytes);
+    DeviceMatrix w = make_device_matrix(GgmlType::Q6_K, dw.get(), sh.n_in, sh.n_out);
+    w.row_bytes = m.row_bytes;
+    for (const int64_t n_rows : {1, 2}) {
+      const auto x = test::random_floats(n_rows * sh.n_in, rng);
+      std::vector<float> xb(static_cast<size_t>(sh.x_off), 0.0f);
+      xb.insert(xb.end(), x.begin(), x.end());
+      const auto dx = test::to_device(xb);
+      const auto dy =
+          test::to_device(std::vector<float>(static_cast<size_t>(n_rows * sh.n_out), NAN));
+      matmul(w, dx.as<float>() + sh.x_off, n_rows, dy.as<float>(), nullptr);
+      const auto y = test::to_host<float>(dy, static_cast<size_t>(n_rows * sh.n_out));
+      EXPECT_LE(test::normalized_error(y, reference(m, x, n_rows, sh.n_in, sh.n_out)),
+                test::gpu_product_tolerance(GgmlType::Q6_K, n_rows))
+          << sh.n_in << " x " << sh.n_out << " pad " << sh.pad << " rows " << n_rows;
+    }
+  }
+}
+
 TEST(MatmulCuda, RejectsUnsupportedTypesAndBadShapes) {
   const void* fake = reinterpret_cast<const void*>(uintptr_t{0x10000});
   for (const GgmlType t : test::computable_types()) EXPECT_TRUE(cuda_type_supported(t));
