@@ -265,6 +265,26 @@ int main(int argc, char** argv) {
                                                                h.as<float>(), s);
                            }),
            static_cast<double>(2 * K * gb), ceiling);
+    {
+      const Rotated down4 = rotated_matrices(GgmlType::Q4_K, F, E * K, o, rng);  // 8 experts a copy
+      const size_t d4b = down4.bytes / K, d4rb = d4b / static_cast<size_t>(E);
+      std::vector<const void*> p4;
+      for (int c = 0; c < down4.copies; ++c) {
+        for (int e = 0; e < K; ++e) p4.push_back(down4.copy(c) + e * d4b);
+      }
+      DeviceBuffer dp4(p4.size() * sizeof(void*));
+      MOE_CUDA_CHECK(
+          cudaMemcpy(dp4.get(), p4.data(), p4.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      report("expert down, 8 items Q4_K 768 x 2048",
+             time_per_launch(o,
+                             [&](cudaStream_t s, int i) {
+                               moe::cuda::grouped_matmul(
+                                   GgmlType::Q4_K, F, E, d4rb,
+                                   dp4.as<const void*>() + (i % down4.copies) * K, id, K, id, K, 1,
+                                   h.as<float>(), F, y.as<float>(), s);
+                             }),
+             static_cast<double>(K * d4b), ceiling);
+    }
     report("expert down, 8 items Q6_K 768 x 2048",
            time_per_launch(o,
                            [&](cudaStream_t s, int i) {

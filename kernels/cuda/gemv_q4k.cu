@@ -7,9 +7,10 @@
 // shared memory once (padded against bank conflicts); a lane takes a 64-weight half of a
 // super-block (32 bytes of nibbles, 16-byte loads, one scale/min pair per 32-weight sub-block)
 // for two weight rows at a time, ~4 instructions per weight; a warp-shuffle sum finishes each
-// row. In the fused form the two rows are an expert's gate and up rows, and the lane holding the
-// sums writes silu(gate) * up. H200, weights from DRAM (moe-bench-cuda-kernels): a 2048 x 4096
-// GEMV 7.8 -> 5.0 us; 8 experts' gate + up + SwiGLU 10.6 us against ~23.5 as three launches
+// row. Rows shorter than 32 halves (768-wide expert downs) are shared by segments of 4 lanes, so
+// no lane idles. In the fused form the two rows are an expert's gate and up rows, and the lane
+// holding the sums writes silu(gate) * up. H200, weights from DRAM (moe-bench-cuda-kernels): a 2048
+// x 4096 GEMV 7.8 -> 5.0 us; 8 experts' gate + up + SwiGLU 10.6 us against ~23.5 as three launches
 // (docs/PERFORMANCE.md).
 #include <cstdint>
 #include <string>
@@ -76,24 +77,37 @@ __device__ __forceinline__ float finish_half(const uint8_t* b, int k, float s_lo
   return dq::ld_f16(b) * sums - dq::ld_f16(b + 2) * mins;
 }
 
-// Grid: x = output rows / (kWarps * rows per warp), y = group. Each warp computes two weight rows
-// A and B against the staged activation row: rows o and o + 1 of the group's matrix, or (kGateUp)
-// row o of the group's gate matrix (a.w_ptrs) and of its up matrix (up_ptrs), written as
-// silu(A) * B. Dynamic shared memory: n_in / 64 * kHalfStride floats.
-template <bool kGateUp>
+// Sum over the SW lanes of each segment (xor shuffles stay inside it); every lane joins.
+template <int SW>
+__device__ __forceinline__ float segment_sum(float v) {
+#pragma unroll
+  for (int m = SW / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
+  return v;
+}
+
+// Grid: x = output rows / rows per block, y = group. A warp is split into segments of SW lanes
+// (SW = 32 unless a row has fewer halves than a warp has lanes: 768-wide expert downs have 12,
+// which left 20 of 32 lanes idle); each segment computes two weight rows A and B against the
+// staged activation row: rows o and o + 1 of the group's matrix, or (kGateUp) row o of the
+// group's gate matrix (a.w_ptrs) and of its up matrix (up_ptrs), written as silu(A) * B.
+// Dynamic shared memory: n_in / 64 * kHalfStride floats. (Two gate/up rows per segment, to fit
+// the fused grid in one wave, were slower: 10.6 -> 11.7 us at 80 registers with spills.)
+template <bool kGateUp, int SW>
 __global__ void __launch_bounds__(kThreads) gemv_q4k_kernel(Args a, const void* const* up_ptrs) {
   extern __shared__ __align__(16) float xs[];
-  constexpr int kRowsPerWarp = kGateUp ? 1 : 2;
+  constexpr int kRowsPerSeg = kGateUp ? 1 : 2;
+  constexpr int kRowsPerBlock = kWarps * (32 / SW) * kRowsPerSeg;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int seg = lane / SW, sl = lane % SW;
   int64_t r0, r1;
   const uint8_t* w = group_range(a, static_cast<int>(blockIdx.y), r0, r1);
   const uint8_t* w_up = nullptr;
   if constexpr (kGateUp) w_up = static_cast<const uint8_t*>(up_ptrs[blockIdx.y]);
-  const int64_t ob = static_cast<int64_t>(blockIdx.x) * (kWarps * kRowsPerWarp);
-  if (!w || (kGateUp && !w_up)) return fill_nan(a, r0, r1, ob, kWarps * kRowsPerWarp);
+  const int64_t ob = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  if (!w || (kGateUp && !w_up)) return fill_nan(a, r0, r1, ob, kRowsPerBlock);
 
-  const int64_t oa = ob + warp * kRowsPerWarp;
-  const bool active = oa < a.n_out;  // whole warps; they still join the block's barriers
+  const int64_t oa = ob + (warp * (32 / SW) + seg) * kRowsPerSeg;
+  const bool active = oa < a.n_out;  // all lanes still join the barriers and shuffles
   const bool has_b = kGateUp ? active : oa + 1 < a.n_out;
   const int64_t row = active ? oa : 0;
   const uint8_t* wa = w + row * static_cast<int64_t>(a.row_bytes);
@@ -120,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4k_kernel(Args a, const void* 
     __syncthreads();
     float acc_a = 0.0f, acc_b = 0.0f;
     if (active) {
-      for (int64_t c = lane; c < n_halves; c += 32) {
+      for (int64_t c = sl; c < n_halves; c += SW) {
         const int k = static_cast<int>(c % 4);
         const uint8_t* ba = wa + (c / 4) * 144;
         const uint8_t* bb = wb + (c / 4) * 144;
@@ -142,9 +156,9 @@ __global__ void __launch_bounds__(kThreads) gemv_q4k_kernel(Args a, const void* 
         if (has_b) acc_b += finish_half(bb, k, sb_lo, sb_hi, x_lo, x_hi);
       }
     }
-    acc_a = warp_sum(acc_a);
-    acc_b = warp_sum(acc_b);
-    if (active && lane == 0) {
+    acc_a = segment_sum<SW>(acc_a);
+    acc_b = segment_sum<SW>(acc_b);
+    if (active && sl == 0) {
       float* y = a.y + j * a.n_out;
       if constexpr (kGateUp) {
         y[oa] = acc_a / (1.0f + expf(-acc_a)) * acc_b;  // elementwise.cu's swiglu
@@ -156,13 +170,24 @@ __global__ void __launch_bounds__(kThreads) gemv_q4k_kernel(Args a, const void* 
   }
 }
 
-template <bool kGateUp>
-void launch(const Args& a, unsigned n_groups, const void* const* up_ptrs, cudaStream_t stream) {
-  constexpr int64_t rows_per_block = kWarps * (kGateUp ? 1 : 2);
+template <bool kGateUp, int SW>
+void launch_sw(const Args& a, unsigned n_groups, const void* const* up_ptrs, cudaStream_t stream) {
+  constexpr int64_t rows_per_block = kWarps * (32 / SW) * (kGateUp ? 1 : 2);
   const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, rows_per_block)), n_groups);
   const size_t smem = static_cast<size_t>(a.n_in / 64 * kHalfStride) * sizeof(float);
-  gemv_q4k_kernel<kGateUp><<<grid, kThreads, smem, stream>>>(a, up_ptrs);
+  gemv_q4k_kernel<kGateUp, SW><<<grid, kThreads, smem, stream>>>(a, up_ptrs);
   MOE_CUDA_CHECK(cudaGetLastError());
+}
+
+// Segments of 4 lanes when a row's halves split evenly that way and do not fill a warp.
+template <bool kGateUp>
+void launch(const Args& a, unsigned n_groups, const void* const* up_ptrs, cudaStream_t stream) {
+  const int64_t n_halves = a.n_in / 64;
+  if (n_halves < 32 && n_halves % 4 == 0) {
+    launch_sw<kGateUp, 4>(a, n_groups, up_ptrs, stream);
+  } else {
+    launch_sw<kGateUp, 32>(a, n_groups, up_ptrs, stream);
+  }
 }
 
 }  // namespace

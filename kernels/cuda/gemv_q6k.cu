@@ -5,7 +5,8 @@
 // against bank conflicts) and each warp computes two weight rows, a warp-shuffle sum finishing
 // each. A lane takes 32 weights of a super-block at a time (a quarter-row group l0 .. l0 + 7 of
 // one 128-weight half, in its four 32-apart sub-groups): 24 bytes of quants and 4 scale bytes,
-// ~3 instructions per weight, against ~9 in the general GEMV's per-8-weight decode. Q6_K blocks
+// ~3 instructions per weight, against ~9 in the general GEMV's per-8-weight decode. Rows of
+// fewer than 32 groups (768-wide expert downs: 24) are shared by segments of 8 lanes. Q6_K blocks
 // are 210 bytes, so only 2-byte loads are safe.
 #include <cstdint>
 
@@ -18,7 +19,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = 2;
+constexpr int kRowsPerSeg = 2;
 // Staged row: 4 floats of padding after every 128, so the two halves of a super-block (128
 // floats apart) read by neighbouring lanes fall on different banks.
 constexpr int kChunkFloats = 128;
@@ -82,17 +83,29 @@ __device__ __forceinline__ float group_dot(const Group& g, const float* xc, int 
   return g.d * total;
 }
 
-// Grid: x = output rows / (kWarps * kRowsPerWarp), y = group. Warp w computes rows o and o + 1.
-// Dynamic shared memory: the padded activation row.
+// Sum over the SW lanes of each segment (xor shuffles stay inside it); every lane joins.
+template <int SW>
+__device__ __forceinline__ float segment_sum(float v) {
+#pragma unroll
+  for (int m = SW / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
+  return v;
+}
+
+// Grid: x = output rows / rows per block, y = group. A warp is split into segments of SW lanes
+// (SW = 32 unless a row has fewer groups than a warp has lanes: 768-wide expert downs have 24);
+// segment s computes rows o and o + 1. Dynamic shared memory: the padded activation row.
+template <int SW>
 __global__ void __launch_bounds__(kThreads) gemv_q6k_kernel(Args a) {
   extern __shared__ __align__(16) float xs[];
+  constexpr int kRowsPerBlock = kWarps * (32 / SW) * kRowsPerSeg;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int seg = lane / SW, sl = lane % SW;
   int64_t r0, r1;
   const uint8_t* w = group_range(a, static_cast<int>(blockIdx.y), r0, r1);
-  const int64_t ob = static_cast<int64_t>(blockIdx.x) * (kWarps * kRowsPerWarp);
-  if (!w) return fill_nan(a, r0, r1, ob, kWarps * kRowsPerWarp);
-  const int64_t oa = ob + warp * kRowsPerWarp;
-  const bool active = oa < a.n_out;  // whole warps; they still join the block's barriers
+  const int64_t ob = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  if (!w) return fill_nan(a, r0, r1, ob, kRowsPerBlock);
+  const int64_t oa = ob + (warp * (32 / SW) + seg) * kRowsPerSeg;
+  const bool active = oa < a.n_out;  // all lanes still join the barriers and shuffles
   const bool has_b = oa + 1 < a.n_out;
   const uint8_t* wa = w + (active ? oa : 0) * static_cast<int64_t>(a.row_bytes);
   const uint8_t* wb = has_b ? wa + a.row_bytes : wa;
@@ -112,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q6k_kernel(Args a) {
     __syncthreads();
     float acc_a = 0.0f, acc_b = 0.0f;
     if (active) {
-      for (int64_t c = lane; c < n_groups; c += 32) {
+      for (int64_t c = sl; c < n_groups; c += SW) {
         Group ga, gb;
         load_group(wa, c, ga);
         if (has_b) load_group(wb, c, gb);
@@ -122,9 +135,9 @@ __global__ void __launch_bounds__(kThreads) gemv_q6k_kernel(Args a) {
         if (has_b) acc_b += group_dot(gb, xc, l0);
       }
     }
-    acc_a = warp_sum(acc_a);
-    acc_b = warp_sum(acc_b);
-    if (active && lane == 0) {
+    acc_a = segment_sum<SW>(acc_a);
+    acc_b = segment_sum<SW>(acc_b);
+    if (active && sl == 0) {
       float* y = a.y + j * a.n_out;
       y[oa] = acc_a;
       if (has_b) y[oa + 1] = acc_b;
@@ -132,15 +145,27 @@ __global__ void __launch_bounds__(kThreads) gemv_q6k_kernel(Args a) {
   }
 }
 
+template <int SW>
+void launch_sw(const Args& a, unsigned n_groups, cudaStream_t stream) {
+  constexpr int64_t rows_per_block = kWarps * (32 / SW) * kRowsPerSeg;
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, rows_per_block)), n_groups);
+  const size_t smem = static_cast<size_t>(a.n_in / kChunkFloats * kChunkStride) * sizeof(float);
+  gemv_q6k_kernel<SW><<<grid, kThreads, smem, stream>>>(a);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 bool launch_gemv_q6k(const Args& a, unsigned n_groups, cudaStream_t stream) {
   if (a.n_in > kMaxInputs || a.n_in % 256 != 0) return false;
   if (a.n_out * static_cast<int64_t>(n_groups) < kMinRows) return false;
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, kWarps * kRowsPerWarp)), n_groups);
-  const size_t smem = static_cast<size_t>(a.n_in / kChunkFloats * kChunkStride) * sizeof(float);
-  gemv_q6k_kernel<<<grid, kThreads, smem, stream>>>(a);
-  MOE_CUDA_CHECK(cudaGetLastError());
+  // Segments of 8 lanes when a row's groups split evenly that way and do not fill a warp.
+  const int64_t groups = a.n_in / 32;
+  if (groups < 32 && groups % 8 == 0) {
+    launch_sw<8>(a, n_groups, stream);
+  } else {
+    launch_sw<32>(a, n_groups, stream);
+  }
   return true;
 }
 
