@@ -77,14 +77,6 @@ __device__ __forceinline__ float finish_half(const uint8_t* b, int k, float s_lo
   return dq::ld_f16(b) * sums - dq::ld_f16(b + 2) * mins;
 }
 
-// Sum over the SW lanes of each segment (xor shuffles stay inside it); every lane joins.
-template <int SW>
-__device__ __forceinline__ float segment_sum(float v) {
-#pragma unroll
-  for (int m = SW / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
-  return v;
-}
-
 // Grid: x = output rows / rows per block, y = group. A warp is split into segments of SW lanes
 // (SW = 32 unless a row has fewer halves than a warp has lanes: 768-wide expert downs have 12,
 // which left 20 of 32 lanes idle); each segment computes two weight rows A and B against the

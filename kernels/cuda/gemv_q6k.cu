@@ -83,14 +83,6 @@ __device__ __forceinline__ float group_dot(const Group& g, const float* xc, int 
   return g.d * total;
 }
 
-// Sum over the SW lanes of each segment (xor shuffles stay inside it); every lane joins.
-template <int SW>
-__device__ __forceinline__ float segment_sum(float v) {
-#pragma unroll
-  for (int m = SW / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
-  return v;
-}
-
 // Grid: x = output rows / rows per block, y = group. A warp is split into segments of SW lanes
 // (SW = 32 unless a row has fewer groups than a warp has lanes: 768-wide expert downs have 24);
 // segment s computes rows o and o + 1. Dynamic shared memory: the padded activation row.

@@ -66,6 +66,15 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Sum over the SW lanes of each segment of a warp (xor shuffles stay inside it); every lane
+// joins.
+template <int SW>
+__device__ __forceinline__ float segment_sum(float v) {
+#pragma unroll
+  for (int m = SW / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
+  return v;
+}
+
 // ---- GEMV: 4 output rows per block, the K dimension spread over the block's 128 threads ---------
 //
 // Each thread decodes one unit (8 weights) of each of the 4 rows per step and multiplies it with
