@@ -12,9 +12,15 @@ void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::Dev
             VramBudget& budget, VramBuffer& workspace, float* out, cudaStream_t stream,
             const int32_t* device_pos0) {
   const int64_t H = heads.n_head, HK = heads.n_head_kv, hk = cfg.head_dim_k, hv = cfg.head_dim_v;
+  // An f16 cache (the default) is written by the norm + RoPE launch itself; others by kv_store.
+  const bool f16 = kv.k_type == GgmlType::F16 && kv.v_type == GgmlType::F16 &&
+                   kv.k_elems == HK * hk && kv.v_elems == HK * hv;
+  const cuda::QkKvStoreF16 store{kv.k,     kv.v, kv.k_row_bytes, kv.v_row_bytes,
+                                 kv.n_ctx, p.v,  p.v_stride,     hv};
   cuda::qk_norm_rope({p.q, p.q_stride, H, q_norm}, {p.k, p.k_stride, HK, k_norm}, n, hk,
-                     cfg.rms_eps, cfg.n_rot, pos0, cfg.rope_freq_base, stream, device_pos0);
-  cuda::kv_store(kv, p.k, p.v, n, pos0, stream, device_pos0, p.k_stride, p.v_stride);
+                     cfg.rms_eps, cfg.n_rot, pos0, cfg.rope_freq_base, stream, device_pos0,
+                     f16 ? &store : nullptr);
+  if (!f16) cuda::kv_store(kv, p.k, p.v, n, pos0, stream, device_pos0, p.k_stride, p.v_stride);
   // Decode splits the positions across blocks; its scratch comes from the budget too.
   const size_t ws = attention_workspace_bytes(cfg, heads, n, pos0, device_pos0 != nullptr);
   if (ws > 0) grow_scratch(budget, workspace, (ws + 3) / 4, "attention scratch");

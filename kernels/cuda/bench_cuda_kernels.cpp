@@ -325,6 +325,16 @@ int main(int argc, char** argv) {
                                                          hd, 1e-6f, hd, p, 1e6f, s, dpos);
                                }),
                0, ceiling);
+        const moe::cuda::QkKvStoreF16 st{
+            kc.get(), vc.get(), kv.k_row_bytes, kv.v_row_bytes, n_ctx, q + (H + HK) * hd, S, hd};
+        report(("q/k norm + RoPE + f16 K/V store" + at).c_str(),
+               time_per_launch(o,
+                               [&](cudaStream_t s, int) {
+                                 moe::cuda::qk_norm_rope({q, S, H, norm.as<float>()},
+                                                         {q + H * hd, S, HK, norm.as<float>()}, 1,
+                                                         hd, 1e-6f, hd, p, 1e6f, s, dpos, &st);
+                               }),
+               0, ceiling);
         report(("K/V store" + at).c_str(),
                time_per_launch(o,
                                [&](cudaStream_t s, int) {

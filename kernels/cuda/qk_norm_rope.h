@@ -23,8 +23,22 @@ struct QkHeads {
 // only normalised; columns past n_head * head_dim are untouched. Throws moe::Error for bad
 // shapes or null pointers; enqueued on `stream`. With device_pos0 (a device int32) pos0 is the
 // value it holds when the kernel runs (one CUDA graph serves every decode step).
+//
+// With `store`, the same launch also writes the batch's rows of an f16 KV cache, as kv_store()
+// would from the k rows it leaves and the given v rows (the same bytes): one launch fewer per
+// decode layer. Throws unless pos0 + n_tokens <= store->n_ctx; a device position outside [0,
+// n_ctx - n_tokens] writes no cache row.
+struct QkKvStoreF16 {
+  void* k_cache;  // row p at k_cache + p * k_row_bytes: k.n_head heads of head_dim halves
+  void* v_cache;  // row p at v_cache + p * v_row_bytes: k.n_head heads of head_dim_v halves
+  size_t k_row_bytes, v_row_bytes;
+  int64_t n_ctx;
+  const float* v;  // [n_tokens] rows of stride v_stride
+  int64_t v_stride;
+  int64_t head_dim_v;
+};
 void qk_norm_rope(const QkHeads& q, const QkHeads& k, int64_t n_tokens, int64_t head_dim, float eps,
                   int64_t n_rot, int64_t pos0, float freq_base, cudaStream_t stream,
-                  const int32_t* device_pos0 = nullptr);
+                  const int32_t* device_pos0 = nullptr, const QkKvStoreF16* store = nullptr);
 
 }  // namespace moe::cuda

@@ -10,6 +10,7 @@
 
 #include "coordinator/model/rmsnorm.h"
 #include "coordinator/model/rope.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/qk_norm_rope.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
@@ -104,6 +105,73 @@ TEST(QkNormRopeCuda, EqualsSeparateKernelsAndMatchesCpu) {
   }
 }
 
+// The f16 K/V store riding on the launch writes the bytes kv_store() writes from the same rows,
+// at a host position and at a device one; a device position past the cache writes nothing.
+TEST(QkNormRopeCuda, FusedF16StoreEqualsKvStore) {
+  MOE_REQUIRE_GPU();
+  std::mt19937 rng(std::random_device{}());
+  const int64_t H = 8, HK = 2, hd = 128, hv = 64, n_ctx = 12;
+  const int64_t S = H * hd + HK * hd + HK * hv;  // q, k and v side by side, as the stacked GEMV
+  DeviceKvLayer kv{};
+  kv.k_type = kv.v_type = GgmlType::F16;
+  kv.k_elems = HK * hd;
+  kv.v_elems = HK * hv;
+  kv.k_row_bytes = static_cast<size_t>(2 * kv.k_elems);
+  kv.v_row_bytes = static_cast<size_t>(2 * kv.v_elems);
+  kv.n_ctx = n_ctx;
+  const auto qw = test::random_floats(hd, rng), kw = test::random_floats(hd, rng);
+  const auto dqw = test::to_device(qw), dkw = test::to_device(kw);
+  for (const int64_t n : {1, 3}) {
+    for (const bool on_device : {false, true}) {
+      const int64_t pos0 = 5;
+      const auto rows = test::random_floats(n * S, rng);
+      const auto d1 = test::to_device(rows), d2 = test::to_device(rows);
+      const auto dpos = test::to_device(std::vector<int32_t>{static_cast<int32_t>(pos0)});
+      const int32_t* dp = on_device ? dpos.as<int32_t>() : nullptr;
+      cuda::DeviceBuffer kc1(kv.k_row_bytes * n_ctx), vc1(kv.v_row_bytes * n_ctx),
+          kc2(kv.k_row_bytes * n_ctx), vc2(kv.v_row_bytes * n_ctx);
+      for (auto* b : {&kc1, &vc1, &kc2, &vc2})
+        MOE_CUDA_CHECK(cudaMemset(b->get(), 0x7C, b->size()));
+      float* r1 = d1.as<float>();
+      float* r2 = d2.as<float>();
+      const QkKvStoreF16 store{
+          kc1.get(), vc1.get(), kv.k_row_bytes, kv.v_row_bytes, n_ctx, r1 + (H + HK) * hd, S, hv};
+      qk_norm_rope({r1, S, H, dqw.as<float>()}, {r1 + H * hd, S, HK, dkw.as<float>()}, n, hd, 1e-6f,
+                   hd, on_device ? 0 : pos0, 1e6f, nullptr, dp, &store);
+      qk_norm_rope({r2, S, H, dqw.as<float>()}, {r2 + H * hd, S, HK, dkw.as<float>()}, n, hd, 1e-6f,
+                   hd, on_device ? 0 : pos0, 1e6f, nullptr, dp);
+      DeviceKvLayer kv2 = kv;
+      kv2.k = kc2.get();
+      kv2.v = vc2.get();
+      kv_store(kv2, r2 + H * hd, r2 + (H + HK) * hd, n, on_device ? 0 : pos0, nullptr, dp, S, S);
+      const std::string what = std::to_string(n) + " tokens, device position " +
+                               std::to_string(static_cast<int>(on_device));
+      EXPECT_EQ(test::to_host<float>(d1, rows.size()), test::to_host<float>(d2, rows.size()))
+          << what;
+      EXPECT_EQ(test::to_host<uint8_t>(kc1, kc1.size()), test::to_host<uint8_t>(kc2, kc2.size()))
+          << what;
+      EXPECT_EQ(test::to_host<uint8_t>(vc1, vc1.size()), test::to_host<uint8_t>(vc2, vc2.size()))
+          << what;
+    }
+  }
+  // A device position that would write past the cache writes nothing.
+  const auto rows = test::random_floats(2 * S, rng);
+  const auto d = test::to_device(rows);
+  const auto dbad = test::to_device(std::vector<int32_t>{static_cast<int32_t>(n_ctx - 1)});
+  cuda::DeviceBuffer kc(kv.k_row_bytes * n_ctx), vc(kv.v_row_bytes * n_ctx);
+  MOE_CUDA_CHECK(cudaMemset(kc.get(), 0x7C, kc.size()));
+  MOE_CUDA_CHECK(cudaMemset(vc.get(), 0x7C, vc.size()));
+  const QkKvStoreF16 store{
+      kc.get(), vc.get(), kv.k_row_bytes, kv.v_row_bytes, n_ctx, d.as<float>() + (H + HK) * hd,
+      S,        hv};
+  qk_norm_rope({d.as<float>(), S, H, dqw.as<float>()},
+               {d.as<float>() + H * hd, S, HK, dkw.as<float>()}, 2, hd, 1e-6f, hd, 0, 1e6f, nullptr,
+               dbad.as<int32_t>(), &store);
+  for (const auto* b : {&kc, &vc}) {
+    for (const uint8_t byte : test::to_host<uint8_t>(*b, b->size())) ASSERT_EQ(byte, 0x7C);
+  }
+}
+
 TEST(QkNormRopeCuda, RejectsBadArguments) {
   float dummy = 0;
   const QkHeads q{&dummy, 128, 1, &dummy}, k{&dummy, 128, 1, &dummy};
@@ -121,6 +189,15 @@ TEST(QkNormRopeCuda, RejectsBadArguments) {
         qk_norm_rope(q, {nullptr, 128, 1, &dummy}, 1, 128, 1e-6f, 64, 0, 1e4f, nullptr);
       },
       "null");
+  const QkKvStoreF16 store{&dummy, &dummy, 256, 256, 4, &dummy, 128, 128};
+  test::expect_error(
+      [&] { qk_norm_rope(q, k, 2, 128, 1e-6f, 64, 3, 1e4f, nullptr, nullptr, &store); },
+      "context length");
+  QkKvStoreF16 narrow = store;
+  narrow.k_row_bytes = 200;
+  test::expect_error(
+      [&] { qk_norm_rope(q, k, 1, 128, 1e-6f, 64, 0, 1e4f, nullptr, nullptr, &narrow); },
+      "cache rows");
 }
 
 }  // namespace
