@@ -77,6 +77,14 @@ __device__ __forceinline__ float finish_half(const uint8_t* b, int k, float s_lo
   return dq::ld_f16(b) * sums - dq::ld_f16(b + 2) * mins;
 }
 
+// Output rows a segment computes: two (A and B) for full-warp rows; one for the gate/up form (its
+// A and B are one row's gate and up) and for short rows, so their product has twice the warps
+// to hide latency with.
+template <bool kGateUp, int SW>
+constexpr int rows_per_segment() {
+  return kGateUp || SW < 32 ? 1 : 2;
+}
+
 // Grid: x = output rows / rows per block, y = group. A warp is split into segments of SW lanes
 // (SW = 32 unless a row has fewer halves than a warp has lanes: 768-wide expert downs have 12,
 // which left 20 of 32 lanes idle); each segment computes two weight rows A and B against the
@@ -89,8 +97,7 @@ __device__ __forceinline__ float finish_half(const uint8_t* b, int k, float s_lo
 template <bool kGateUp, int SW>
 __global__ void __launch_bounds__(kThreads) gemv_q4k_kernel(Args a, const void* const* up_ptrs) {
   extern __shared__ __align__(16) float xs[];
-  // Short rows: one row per segment, so the product has twice the warps to hide latency with.
-  constexpr int kRowsPerSeg = kGateUp || SW < 32 ? 1 : 2;
+  constexpr int kRowsPerSeg = rows_per_segment<kGateUp, SW>();
   constexpr int kRowsPerBlock = kWarps * (32 / SW) * kRowsPerSeg;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int seg = lane / SW, sl = lane % SW;
@@ -116,16 +123,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4k_kernel(Args a, const void* 
   for (int64_t j = r0; j < r1; ++j) {
     const float* x = x_row(a, j);
     if (j > r0) __syncthreads();  // every warp is done with the previous row
-    if (a.x_vec4) {
-      for (int64_t i = tid; i < a.n_in / 4; i += kThreads) {
-        *reinterpret_cast<float4*>(xs + (i / 16) * kHalfStride + (i % 16) * 4) =
-            __ldg(reinterpret_cast<const float4*>(x) + i);
-      }
-    } else {
-      for (int64_t i = tid; i < a.n_in; i += kThreads) {
-        xs[(i / 64) * kHalfStride + i % 64] = __ldg(x + i);
-      }
-    }
+    stage_padded_row<kThreads, 64, kHalfStride>(xs, x, a.n_in, a.x_vec4);
     __syncthreads();
     float acc_a = 0.0f, acc_b = 0.0f;
     if (active) {
@@ -167,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4k_kernel(Args a, const void* 
 
 template <bool kGateUp, int SW>
 void launch_sw(const Args& a, unsigned n_groups, const void* const* up_ptrs, cudaStream_t stream) {
-  constexpr int64_t rows_per_block = kWarps * (32 / SW) * (kGateUp || SW < 32 ? 1 : 2);
+  constexpr int64_t rows_per_block = kWarps * (32 / SW) * rows_per_segment<kGateUp, SW>();
   const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, rows_per_block)), n_groups);
   const size_t smem = static_cast<size_t>(a.n_in / 64 * kHalfStride) * sizeof(float);
   gemv_q4k_kernel<kGateUp, SW><<<grid, kThreads, smem, stream>>>(a, up_ptrs);

@@ -28,8 +28,9 @@ constexpr int64_t kMaxInputs = 11264;  // padded: 45.4 KiB of shared memory, und
 // Below this many output rows the general GEMV, which splits K over more blocks, is as fast.
 constexpr int64_t kMinRows = 2048;
 
-__device__ __forceinline__ int padded(int64_t i) {
-  return static_cast<int>(i / kChunkFloats * kChunkStride + i % kChunkFloats);
+template <int SW>
+constexpr int64_t rows_per_block() {
+  return kWarps * (32 / SW) * kRowsPerSeg;
 }
 
 // The quants of group c (super-block c / 8, half (c / 4) % 2, l0 = 8 (c % 4)) of one row: the low
@@ -89,7 +90,7 @@ __device__ __forceinline__ float group_dot(const Group& g, const float* xc, int 
 template <int SW>
 __global__ void __launch_bounds__(kThreads) gemv_q6k_kernel(Args a) {
   extern __shared__ __align__(16) float xs[];
-  constexpr int kRowsPerBlock = kWarps * (32 / SW) * kRowsPerSeg;
+  constexpr int kRowsPerBlock = rows_per_block<SW>();
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int seg = lane / SW, sl = lane % SW;
   int64_t r0, r1;
@@ -106,14 +107,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q6k_kernel(Args a) {
   for (int64_t j = r0; j < r1; ++j) {
     const float* x = x_row(a, j);
     if (j > r0) __syncthreads();  // every warp is done with the previous row
-    if (a.x_vec4) {
-      for (int64_t i = tid; i < a.n_in / 4; i += kThreads) {
-        *reinterpret_cast<float4*>(xs + padded(4 * i)) =
-            __ldg(reinterpret_cast<const float4*>(x) + i);
-      }
-    } else {
-      for (int64_t i = tid; i < a.n_in; i += kThreads) xs[padded(i)] = __ldg(x + i);
-    }
+    stage_padded_row<kThreads, kChunkFloats, kChunkStride>(xs, x, a.n_in, a.x_vec4);
     __syncthreads();
     float acc_a = 0.0f, acc_b = 0.0f;
     if (active) {
@@ -139,8 +133,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q6k_kernel(Args a) {
 
 template <int SW>
 void launch_sw(const Args& a, unsigned n_groups, cudaStream_t stream) {
-  constexpr int64_t rows_per_block = kWarps * (32 / SW) * kRowsPerSeg;
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, rows_per_block)), n_groups);
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, rows_per_block<SW>())), n_groups);
   const size_t smem = static_cast<size_t>(a.n_in / kChunkFloats * kChunkStride) * sizeof(float);
   gemv_q6k_kernel<SW><<<grid, kThreads, smem, stream>>>(a);
   MOE_CUDA_CHECK(cudaGetLastError());

@@ -66,6 +66,23 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The staged decode GEMVs' activation row: x (n floats) into shared memory xs by a block of
+// kThreads threads, with kStride - kChunk floats of padding after every kChunk (against bank
+// conflicts; kChunk a multiple of 4); float4 loads when vec4.
+template <int kThreads, int kChunk, int kStride>
+__device__ __forceinline__ void stage_padded_row(float* xs, const float* x, int64_t n, bool vec4) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (vec4) {
+    for (int64_t i = tid; i < n / 4; i += kThreads) {
+      *reinterpret_cast<float4*>(xs + i / (kChunk / 4) * kStride + i % (kChunk / 4) * 4) =
+          __ldg(reinterpret_cast<const float4*>(x) + i);
+    }
+  } else {
+    for (int64_t i = tid; i < n; i += kThreads)
+      xs[i / kChunk * kStride + i % kChunk] = __ldg(x + i);
+  }
+}
+
 // Sum over the SW lanes of each segment of a warp (xor shuffles stay inside it); every lane
 // joins.
 template <int SW>

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/qk_norm_rope.h"
+#include "kernels/cuda/rms_scale.cuh"
 
 namespace moe::cuda {
 namespace {
@@ -64,17 +65,7 @@ __global__ void __launch_bounds__(kThreads)
     const double d = v[i];
     sum += d * d;
   }
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, m);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
-    const float mean = static_cast<float>(total / static_cast<double>(head_dim));
-    scale_s = 1.0f / sqrtf(mean + eps);
-  }
-  __syncthreads();
+  detail::rms_scale<kThreads>(sum, partial, &scale_s, head_dim, eps);
   const float scale = scale_s;
   for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) y[i] = v[i] * scale * s.norm[i];
   __syncthreads();

@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch_util.cuh"
 #include "kernels/cuda/qwen35_ops.h"
+#include "kernels/cuda/rms_scale.cuh"
 
 namespace moe::cuda {
 namespace {
@@ -45,17 +46,7 @@ __global__ void __launch_bounds__(kNormThreads)
     const double v = xr[i];
     sum += v * v;  // exact in double, as the CPU
   }
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, m);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int i = 0; i < kNormThreads / 32; ++i) total += partial[i];
-    const float mean = static_cast<float>(total / static_cast<double>(n));
-    scale_s = 1.0f / sqrtf(mean + eps);
-  }
-  __syncthreads();
+  detail::rms_scale<kNormThreads>(sum, partial, &scale_s, n, eps);
   const float scale = scale_s;
   for (int64_t i = threadIdx.x; i < n; i += kNormThreads) {
     // The CPU normalizes first, then multiplies by silu(z) in a second pass.

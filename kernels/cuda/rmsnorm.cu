@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/rms_scale.cuh"
 #include "kernels/cuda/rmsnorm.h"
 
 namespace moe::cuda {
@@ -14,24 +15,6 @@ constexpr int kThreads = 128;
 
 // Values per thread kept in registers when the residual add is fused: rows up to 2048 floats.
 constexpr int kCached = 16;
-
-// Each thread's sum of squares summed over the block (in a fixed order); *scale_s = 1 /
-// sqrt(mean + eps) for every thread after the call.
-template <int T = kThreads>
-__device__ __forceinline__ void block_scale(double sum, double* partial, float* scale_s, int64_t n,
-                                            float eps) {
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, m);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int i = 0; i < T / 32; ++i) total += partial[i];
-    const float mean = static_cast<float>(total / static_cast<double>(n));
-    *scale_s = 1.0f / sqrtf(mean + eps);
-  }
-  __syncthreads();
-}
 
 // No __restrict__: y may alias x (every element is read, then written, by the same thread).
 __global__ void __launch_bounds__(kThreads)
@@ -45,7 +28,7 @@ __global__ void __launch_bounds__(kThreads)
     const double v = xr[i];
     sum += v * v;  // exact product of two floats, as the CPU's
   }
-  block_scale(sum, partial, &scale_s, n, eps);
+  detail::rms_scale<kThreads>(sum, partial, &scale_s, n, eps);
   const float scale = scale_s;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) yr[i] = xr[i] * scale * w[i];
 }
@@ -76,7 +59,7 @@ __global__ void __launch_bounds__(kThreads)
     const double d = v[u];
     sum += d * d;
   }
-  block_scale(sum, partial, &scale_s, n, eps);
+  detail::rms_scale<kThreads>(sum, partial, &scale_s, n, eps);
   const float scale = scale_s;
 #pragma unroll
   for (int u = 0; u < kCached; ++u) {
@@ -119,7 +102,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     const double d = v[u];
     sum += d * d;
   }
-  block_scale<kCombineThreads>(sum, partial, &scale_s, n, eps);
+  detail::rms_scale<kCombineThreads>(sum, partial, &scale_s, n, eps);
   const float scale = scale_s;
 #pragma unroll
   for (int u = 0; u < kCombineCached; ++u) {
