@@ -33,6 +33,33 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = threadIdx.x; i < n; i += kThreads) yr[i] = xr[i] * scale * w[i];
 }
 
+// The residual row a block holds in registers (thread t: elements t + u * T, u < C; 0 past the
+// row, which adds nothing to the sum) stored back to x, then y = rmsnorm(x) from the registers:
+// the float operations of rmsnorm_kernel in its order, so its results, bit for bit.
+template <int T, int C>
+__device__ __forceinline__ void store_and_norm(const float (&v)[C], float* __restrict__ x,
+                                               const float* __restrict__ w, float* __restrict__ y,
+                                               int64_t n, float eps) {
+  __shared__ double partial[T / 32];
+  __shared__ float scale_s;
+  const int tid = static_cast<int>(threadIdx.x);
+  double sum = 0;
+#pragma unroll
+  for (int u = 0; u < C; ++u) {
+    const int64_t i = tid + u * T;
+    if (i < n) x[i] = v[u];
+    const double d = v[u];
+    sum += d * d;
+  }
+  detail::rms_scale<T>(sum, partial, &scale_s, n, eps);
+  const float scale = scale_s;
+#pragma unroll
+  for (int u = 0; u < C; ++u) {
+    const int64_t i = tid + u * T;
+    if (i < n) y[i] = v[u] * scale * w[i];
+  }
+}
+
 // x += delta, then y = rmsnorm(x), for rows of at most kCached * kThreads, from registers: one
 // batch of loads instead of a chain of dependent load-store pairs (adding and storing element by
 // element serialized a first version: 6.2 us against 2.7 for the norm alone). The same float
@@ -41,8 +68,6 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     add_rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ delta,
                        const float* __restrict__ w, float* __restrict__ y, int64_t n, float eps) {
-  __shared__ double partial[kThreads / 32];
-  __shared__ float scale_s;
   const int64_t off = static_cast<int64_t>(blockIdx.x) * n;
   const int tid = static_cast<int>(threadIdx.x);
   float v[kCached];
@@ -51,21 +76,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i = tid + u * kThreads;
     v[u] = i < n ? x[off + i] + delta[off + i] : 0.0f;
   }
-  double sum = 0;
-#pragma unroll
-  for (int u = 0; u < kCached; ++u) {
-    const int64_t i = tid + u * kThreads;
-    if (i < n) x[off + i] = v[u];
-    const double d = v[u];
-    sum += d * d;
-  }
-  detail::rms_scale<kThreads>(sum, partial, &scale_s, n, eps);
-  const float scale = scale_s;
-#pragma unroll
-  for (int u = 0; u < kCached; ++u) {
-    const int64_t i = tid + u * kThreads;
-    if (i < n) y[off + i] = v[u] * scale * w[i];
-  }
+  store_and_norm<kThreads>(v, x + off, w, y + off, n, eps);
 }
 
 // One token's MoE combine into the residual, then the next norm: x[c] += sum over j < k of
@@ -80,8 +91,6 @@ __global__ void __launch_bounds__(kCombineThreads)
     combine_rmsnorm_kernel(const float* __restrict__ y, const float* __restrict__ weights, int k,
                            float* __restrict__ x, const float* __restrict__ w,
                            float* __restrict__ out, int64_t n, float eps) {
-  __shared__ double partial[kCombineThreads / 32];
-  __shared__ float scale_s;
   const int tid = static_cast<int>(threadIdx.x);
   float v[kCombineCached];
 #pragma unroll
@@ -94,21 +103,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     }
     v[u] = i < n ? x[i] + s : 0.0f;
   }
-  double sum = 0;
-#pragma unroll
-  for (int u = 0; u < kCombineCached; ++u) {
-    const int64_t i = tid + u * kCombineThreads;
-    if (i < n) x[i] = v[u];
-    const double d = v[u];
-    sum += d * d;
-  }
-  detail::rms_scale<kCombineThreads>(sum, partial, &scale_s, n, eps);
-  const float scale = scale_s;
-#pragma unroll
-  for (int u = 0; u < kCombineCached; ++u) {
-    const int64_t i = tid + u * kCombineThreads;
-    if (i < n) out[i] = v[u] * scale * w[i];
-  }
+  store_and_norm<kCombineThreads>(v, x, w, out, n, eps);
 }
 
 void check_shape(int64_t n_rows, int64_t n, const char* what) {
