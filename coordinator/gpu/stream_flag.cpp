@@ -4,33 +4,13 @@
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/driver_api.h"
 #include "kernels/cuda/host_flag.h"
 
 namespace moe::gpu {
-namespace {
 
-// The driver's ABI version of the functions looked up (CUDA 12.0: the _v2 memory operations).
-constexpr unsigned kDriverApiVersion = 12000;
-
-template <typename Fn>
-Fn driver_function(const char* name, std::string& why) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  const cudaError_t rc =
-      cudaGetDriverEntryPointByVersion(name, &fn, kDriverApiVersion, cudaEnableDefault, &found);
-  if (rc != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
-    why = std::string("the CUDA driver has no ") + name +
-          (rc != cudaSuccess ? std::string(" (") + cudaGetErrorString(rc) + ")" : "");
-    return nullptr;
-  }
-  return reinterpret_cast<Fn>(fn);
-}
-
-std::string driver_error(const char* what, CUresult rc) {
-  return std::string(what) + " failed with CUresult " + std::to_string(static_cast<int>(rc));
-}
-
-}  // namespace
+using cuda::driver_error;
+using cuda::driver_function;
 
 StreamFlag::StreamFlag(Waiter waiter) : waiter_(waiter) {
   if (waiter == Waiter::HostOnly) {
