@@ -83,6 +83,13 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
   app.add_flag("--no-cuda-graphs{false}", o.cuda_graphs,
                "launch a decode step's kernels one by one (default: a step whose experts are all "
                "in VRAM replays a CUDA graph)");
+  app.add_option(
+         "--gpu-executor", o.gpu_executor,
+         "where the routed experts' GPU kernels run: in-process (default: the coordinator's "
+         "own CUDA context, measured faster) or process (a moe-gpu-worker with the same "
+         "VRAM mapped, under the MPS daemon scripts/with-mps starts; without MPS it falls "
+         "back to in-process and says why)")
+      ->check(CLI::IsMember({"in-process", "process"}));
   app.add_flag("--no-mmap", o.no_mmap,
                "read the model into memory instead of mapping it; with -ngl and CPU-homed "
                "experts it is page-locked, and prefill batches of 32+ tokens then stream those "

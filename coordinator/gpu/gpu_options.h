@@ -57,6 +57,9 @@ struct GpuOptions {
   // graph per sequence instead of launching ~20 kernels per layer; --no-cuda-graphs launches them
   // one by one (llama.cpp: GGML_CUDA_DISABLE_GRAPHS).
   bool cuda_graphs = true;
+  // --gpu-executor: "in-process" runs the routed experts' kernels on the coordinator's stream;
+  // "process" in a moe-gpu-worker process (DESIGN.md §3), which needs MPS to be fast.
+  std::string gpu_executor = "in-process";
   // Context per sequence the KV cache is sized for when the pool is sized automatically.
   int64_t n_ctx = 4096;
 };

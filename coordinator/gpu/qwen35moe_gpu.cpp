@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "coordinator/gpu/attention_gpu.h"
+#include "coordinator/gpu/gpu_executor_choice.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
 #include "coordinator/model/rope.h"
@@ -57,7 +58,9 @@ Qwen35MoeGpu::Qwen35MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                            const GpuOptions& opt)
     : cfg_(ModelConfig::from_gguf(f)),
       opt_(opt),
-      budget_(select_device(opt, device_name_)),
+      vram_limit_(select_device(opt, device_name_)),
+      executor_(make_gpu_executor(opt, vram_limit_)),
+      budget_(vram_limit_, executor_->allocator()),
       seqs_(budget_, cfg_, kMaxSequences) {
   if (cfg_.arch != "qwen35moe") {
     throw Error("Qwen35MoeGpu: the file's architecture is '" + cfg_.arch + "'");
@@ -78,8 +81,9 @@ Qwen35MoeGpu::Qwen35MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
   io_ = std::make_unique<TokenIoGpu>(budget_, f, cfg_.n_embd, cfg_.n_vocab, cfg_.rms_eps);
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
   for (int64_t l = 0; l < cfg_.n_layer; ++l) load_layer(f, l, layers_[static_cast<size_t>(l)]);
-  experts_ = std::make_unique<RoutedExpertsGpu>(budget_, f, cfg_, pool, std::move(cpu_experts), opt,
-                                                GpuSequenceStates::estimate_bytes(cfg_, opt.n_ctx));
+  experts_ =
+      std::make_unique<RoutedExpertsGpu>(budget_, *executor_, f, cfg_, pool, std::move(cpu_experts),
+                                         opt, GpuSequenceStates::estimate_bytes(cfg_, opt.n_ctx));
 }
 
 Qwen35MoeGpu::~Qwen35MoeGpu() {

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "coordinator/gpu/attention_gpu.h"
+#include "coordinator/gpu/gpu_executor_choice.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
 #include "coordinator/model/tensor_table.h"
@@ -30,7 +31,9 @@ Qwen3MoeGpu::Qwen3MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                          std::unique_ptr<model::ExpertExecutor> cpu_experts, const GpuOptions& opt)
     : cfg_(ModelConfig::from_gguf(f)),
       opt_(opt),
-      budget_(select_device(opt, device_name_)),
+      vram_limit_(select_device(opt, device_name_)),
+      executor_(make_gpu_executor(opt, vram_limit_)),
+      budget_(vram_limit_, executor_->allocator()),
       seqs_(budget_, cfg_, kMaxSequences) {
   const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t X = cfg_.n_expert;
@@ -80,8 +83,9 @@ Qwen3MoeGpu::Qwen3MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
     L.router = mat("ffn_gate_inp.weight", E, X, L.router_buf);
     layers_.push_back(std::move(L));
   }
-  experts_ = std::make_unique<RoutedExpertsGpu>(budget_, f, cfg_, pool, std::move(cpu_experts), opt,
-                                                GpuSequenceStates::estimate_bytes(cfg_, opt.n_ctx));
+  experts_ =
+      std::make_unique<RoutedExpertsGpu>(budget_, *executor_, f, cfg_, pool, std::move(cpu_experts),
+                                         opt, GpuSequenceStates::estimate_bytes(cfg_, opt.n_ctx));
 }
 
 Qwen3MoeGpu::~Qwen3MoeGpu() {

@@ -18,6 +18,7 @@
 #include "coordinator/gpu/vram_budget.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/model/tensor_table.h"
+#include "gpu_worker/gpu_executor.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_matrix.h"
 
@@ -78,6 +79,9 @@ class Qwen3MoeGpu final : public model::ModelArch {
   model::ModelConfig cfg_;
   GpuOptions opt_;
   std::string device_name_;
+  uint64_t vram_limit_ = 0;
+  // Before budget_: the budget's buffers come from its allocator and go before it.
+  std::unique_ptr<GpuExecutor> executor_;
   VramBudget budget_;
   cudaStream_t stream_ = nullptr;
 

@@ -161,7 +161,8 @@ void RoutedExpertsGpu::measure_gpu_rates(int64_t l) {
     MOE_CUDA_CHECK(cudaMemcpy(dr_.up, ptrs.data() + K, pb, cudaMemcpyHostToDevice));
     MOE_CUDA_CHECK(cudaMemcpy(dr_.down, ptrs.data() + 2 * K, pb, cudaMemcpyHostToDevice));
     MOE_CUDA_CHECK(cudaEventRecord(a.get(), s));
-    compute_items(l, K, dx, s);
+    compute_items(l, K, dx);
+    submit(s);
     MOE_CUDA_CHECK(cudaEventRecord(b.get(), s));
     MOE_CUDA_CHECK(cudaEventSynchronize(b.get()));
     if (r > 0) per_item.push_back(elapsed_us(a, b) / static_cast<double>(K));

@@ -54,11 +54,11 @@ T* grow(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
-RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& f,
+RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const gguf::GgufFile& f,
                                    const model::ModelConfig& cfg, cpu::ThreadPool& pool,
                                    std::unique_ptr<model::ExpertExecutor> cpu_experts,
                                    const GpuOptions& opt, uint64_t other_bytes)
-    : budget_(budget), cfg_(cfg) {
+    : budget_(budget), exec_(exec), cfg_(cfg) {
   const int64_t E = cfg.n_embd, X = cfg.n_expert, F = cfg.n_ff_exp;
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     tensors_.push_back(model::require_expert_tensors(f, l, E, F, X));
@@ -259,6 +259,7 @@ void RoutedExpertsGpu::count_device_layer(int64_t l, int64_t n) {
 }
 
 bool RoutedExpertsGpu::step_on_device(int64_t n, const model::ForwardHooks* hooks) const {
+  if (exec_.remote()) return false;  // a worker's launches cannot join this process's graph
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     if (!routes_on_device(l, n, hooks)) return false;
   }
@@ -280,19 +281,30 @@ bool RoutedExpertsGpu::routes_on_device(int64_t l, int64_t n,
 bool RoutedExpertsGpu::run_on_device(int64_t l, int64_t n, const float* xn, float* out,
                                      cudaStream_t stream, const NormAfter* norm_after) {
   const int64_t E = cfg_.n_embd, K = cfg_.n_expert_used;
-  compute_items(l, n * K, xn, stream);
-  if (norm_after && n == 1 && cuda::combine_rmsnorm_supported(E)) {
-    cuda::combine_rmsnorm(d_y_.as<float>(), dr_.weights, K, out, norm_after->gains, norm_after->y,
-                          E, norm_after->eps, stream);
-    return true;
+  compute_items(l, n * K, xn);
+  const bool normed = norm_after && n == 1 && cuda::combine_rmsnorm_supported(E);
+  if (normed) {
+    batch_.combine_rmsnorm(d_y_.as<float>(), dr_.weights, K, out, norm_after->gains, norm_after->y,
+                           E, norm_after->eps);
+  } else {
+    batch_.combine_rows(d_y_.as<float>(), dr_.tok_off, dr_.ident, dr_.weights, n, E,
+                        /*accumulate=*/true, out);
   }
-  cuda::combine_rows(d_y_.as<float>(), dr_.tok_off, dr_.ident, dr_.weights, n, E,
-                     /*accumulate=*/true, out, stream);
-  return false;
+  submit(stream);
+  return normed;
 }
 
-void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn,
-                                     cudaStream_t stream) {
+void RoutedExpertsGpu::submit(cudaStream_t stream) {
+  try {
+    exec_.submit(batch_, stream);
+  } catch (...) {
+    batch_.clear();  // not to be run by the next layer's submit
+    throw;
+  }
+  batch_.clear();
+}
+
+void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn) {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp;
   const model::ExpertLayerTensors& et = tensors_[static_cast<size_t>(l)];
   const auto ig = static_cast<int32_t>(items);
@@ -301,21 +313,21 @@ void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn,
   float* dh = d_h_.as<float>();
   if (cuda::fused_gate_up_supported(et.gate.type(), et.up.type(), E) &&
       et.gate.row_bytes == et.up.row_bytes) {
-    cuda::grouped_gate_up_swiglu(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.up,
-                                 dr_.ident, ig, dr_.x_rows, xn, E, dh, stream);
+    batch_.grouped_gate_up_swiglu(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.up,
+                                  dr_.ident, ig, dr_.x_rows, xn, E, dh);
   } else {
-    cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.ident, ig,
-                         dr_.x_rows, items, 1, xn, E, dg, stream);
-    cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes, dr_.up, dr_.ident, ig, dr_.x_rows,
-                         items, 1, xn, E, du, stream);
-    cuda::swiglu(dg, du, dh, items * F, stream);
+    batch_.grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.ident, ig,
+                          dr_.x_rows, items, 1, xn, E, dg);
+    batch_.grouped_matmul(et.up.type(), E, F, et.up.row_bytes, dr_.up, dr_.ident, ig, dr_.x_rows,
+                          items, 1, xn, E, du);
+    batch_.swiglu(dg, du, dh, items * F);
   }
-  cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes, dr_.down, dr_.ident, ig, dr_.ident,
-                       items, 1, dh, F, d_y_.as<float>(), stream);
+  batch_.grouped_matmul(et.down.type(), F, E, et.down.row_bytes, dr_.down, dr_.ident, ig, dr_.ident,
+                        items, 1, dh, F, d_y_.as<float>());
 }
 
 std::string RoutedExpertsGpu::summary() const {
-  std::string s = residency_->summary();
+  std::string s = residency_->summary() + "; " + exec_.describe();
   if (copy_stream_ && pin_->pinned()) {
     s += "; prefill batches of " + std::to_string(kStreamBatchMinTokens) +
          "+ tokens stream their CPU-homed experts over PCIe (" + std::to_string(staging_slots_) +
@@ -535,26 +547,27 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
       if (g1 <= g0) return;
       const int64_t r0 = offsets[g0], n_rows = offsets[g1] - offsets[g0];
       if (n_rows == 0) return;  // streamed experts the batch did not route to
-      cuda::grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, d_wg + g0, d_off + g0, g1 - g0,
-                           d_xrows, n_rows, max_rows, xn, E, dg, stream);
-      cuda::grouped_matmul(et.up.type(), E, F, et.up.row_bytes, d_wu + g0, d_off + g0, g1 - g0,
-                           d_xrows, n_rows, max_rows, xn, E, du, stream);
-      cuda::swiglu(dg + r0 * F, du + r0 * F, dh + r0 * F, n_rows * F, stream);
-      cuda::grouped_matmul(et.down.type(), F, E, et.down.row_bytes, d_wd + g0, d_off + g0, g1 - g0,
-                           d_ident, n_rows, max_rows, dh, F, dy, stream);
+      batch_.grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, d_wg + g0, d_off + g0, g1 - g0,
+                            d_xrows, n_rows, max_rows, xn, E, dg);
+      batch_.grouped_matmul(et.up.type(), E, F, et.up.row_bytes, d_wu + g0, d_off + g0, g1 - g0,
+                            d_xrows, n_rows, max_rows, xn, E, du);
+      batch_.swiglu(dg + r0 * F, du + r0 * F, dh + r0 * F, n_rows * F);
+      batch_.grouped_matmul(et.down.type(), F, E, et.down.row_bytes, d_wd + g0, d_off + g0, g1 - g0,
+                            d_ident, n_rows, max_rows, dh, F, dy);
     };
     MOE_CUDA_CHECK(cudaEventRecord(gpu_t0_->get(), stream));
     compute(0, n_resident);
     if (!streamed_.empty()) stream_groups(l, n_resident, compute, stream);
     prefetched_layer_ = -1;
+    batch_.combine_rows(dy, reinterpret_cast<const int32_t*>(dev(tok_off)),
+                        reinterpret_cast<const int32_t*>(dev(rows)),
+                        reinterpret_cast<const float*>(dev(weights)), n, E, /*accumulate=*/true,
+                        out);
+    submit(stream);
     if (!staged_ids_.empty()) {
       // A later prefill copies into these slots only after this step computed from them.
       for (const auto& e : slots_free_) MOE_CUDA_CHECK(cudaEventRecord(e->get(), stream));
     }
-    cuda::combine_rows(dy, reinterpret_cast<const int32_t*>(dev(tok_off)),
-                       reinterpret_cast<const int32_t*>(dev(rows)),
-                       reinterpret_cast<const float*>(dev(weights)), n, E, /*accumulate=*/true, out,
-                       stream);
     MOE_CUDA_CHECK(cudaEventRecord(gpu_t1_->get(), stream));
     gpu_timed_ = true;
   }
@@ -634,6 +647,7 @@ void RoutedExpertsGpu::join_runner() {
 void RoutedExpertsGpu::finish() { join_runner(); }
 
 void RoutedExpertsGpu::abandon() noexcept {
+  batch_.clear();
   try {
     join_runner();
   } catch (...) {
@@ -717,10 +731,12 @@ void RoutedExpertsGpu::stream_groups(int64_t l, int32_t first_group,
   const int64_t n_chunks = (n + half - 1) / half;
   for (int64_t c = 0; c < n_chunks; ++c) {
     const int64_t h = (layer_chunk0_ + c) % 2;
+    submit(stream);  // what was recorded before the wait runs before it
     MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, slots_ready_[h]->get(), 0));
     const auto g0 = static_cast<int32_t>(first_group + c * half);
     const auto g1 = static_cast<int32_t>(first_group + std::min(n, (c + 1) * half));
     compute(g0, g1);
+    submit(stream);
     MOE_CUDA_CHECK(cudaEventRecord(slots_free_[h]->get(), stream));
     if (c + 2 < n_chunks) copy_chunk(l, c + 2);
   }

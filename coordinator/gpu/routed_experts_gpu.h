@@ -24,6 +24,7 @@
 #include "coordinator/model/machine_calibration.h"
 #include "coordinator/model/miss_split_profiler.h"
 #include "coordinator/model/model_arch.h"
+#include "gpu_worker/gpu_executor.h"
 #include "kernels/cuda/device_matrix.h"
 
 namespace moe::gpu {
@@ -33,9 +34,11 @@ class RoutedExpertsGpu {
   // Expert homes from `opt` (-cmoe, -ncmoe); the pool is --moe-resident-mib, or in auto mode what
   // the budget leaves after the GPU-homed experts, `other_bytes` (the caller's sequence state)
   // and a reserve. `cpu_experts` null = an in-process CPU executor on `pool`.
-  RoutedExpertsGpu(VramBudget& budget, const gguf::GgufFile& file, const model::ModelConfig& cfg,
-                   cpu::ThreadPool& pool, std::unique_ptr<model::ExpertExecutor> cpu_experts,
-                   const GpuOptions& opt, uint64_t other_bytes);
+  // The expert kernels run on `exec` (the coordinator's stream or a moe-gpu-worker).
+  RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const gguf::GgufFile& file,
+                   const model::ModelConfig& cfg, cpu::ThreadPool& pool,
+                   std::unique_ptr<model::ExpertExecutor> cpu_experts, const GpuOptions& opt,
+                   uint64_t other_bytes);
 
   // Saves the routing profile (--moe-profile); an error is reported on stderr, not thrown.
   ~RoutedExpertsGpu();
@@ -97,9 +100,11 @@ class RoutedExpertsGpu {
   void count_device_layer(int64_t layer, int64_t n);
   bool run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream,
                      const NormAfter* norm_after);
-  // gate, up, SwiGLU and down of `items` items of one token row each (item i reads row
-  // dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.
-  void compute_items(int64_t layer, int64_t items, const float* xn, cudaStream_t stream);
+  // Records into batch_ gate, up, SwiGLU and down of `items` items of one token row each (item i
+  // reads row dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.
+  void compute_items(int64_t layer, int64_t items, const float* xn);
+  // Hands batch_ to the executor after the work enqueued on `stream` so far, and empties it.
+  void submit(cudaStream_t stream);
   // The machine's rates for the decode split (routed_experts_calibration.cpp): loaded from the
   // calibration cache, or measured now and saved (--recalibrate: always measured). Seeds the
   // profiler. A failure is reported on stderr and leaves the rates unmeasured.
@@ -135,6 +140,8 @@ class RoutedExpertsGpu {
   }
 
   VramBudget& budget_;
+  GpuExecutor& exec_;
+  KernelBatch batch_;  // expert launches recorded, not yet submitted
   const model::ModelConfig& cfg_;
   std::vector<model::ExpertLayerTensors> tensors_;
   std::unique_ptr<ExpertResidency> residency_;

@@ -48,7 +48,12 @@ void VramBuffer::release() noexcept {
   if (ptr_) {
     // A failure here means the context is already broken; nothing useful can be done in a
     // destructor, and the process reports the first error where it happened.
-    (void)cudaFree(ptr_);
+    VramAllocator* a = owner_ ? owner_->allocator_ : nullptr;
+    if (a) {
+      a->release(ptr_);
+    } else {
+      (void)cudaFree(ptr_);
+    }
     if (owner_) owner_->uncharge(use_, bytes_);
   }
   ptr_ = nullptr;
@@ -65,8 +70,14 @@ VramBuffer VramBudget::allocate(size_t bytes, VramUse use, const std::string& wh
                 "or a smaller --moe-resident-mib)");
   }
   VramBuffer b;
-  const cudaError_t err = cudaMalloc(&b.ptr_, bytes);
-  if (err != cudaSuccess) {
+  if (allocator_) {
+    std::string why;
+    b.ptr_ = allocator_->allocate(bytes, why);
+    if (!b.ptr_) {
+      throw Error("VRAM allocation of " + std::to_string(mib(bytes)) + " MiB for " + what +
+                  " failed: " + why + " (in use: " + summary() + ")");
+    }
+  } else if (const cudaError_t err = cudaMalloc(&b.ptr_, bytes); err != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky-free allocation error
     throw Error("cudaMalloc of " + std::to_string(mib(bytes)) + " MiB for " + what +
                 " failed: " + cudaGetErrorString(err) + " (in use: " + summary() + ")");

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "gpu_worker/gpu_executor.h"
+
 namespace moe::gpu {
 
 enum class VramUse { Weights, Experts, Pool, Kv, Scratch };
@@ -43,7 +45,9 @@ class VramBuffer {
 class VramBudget {
  public:
   // `limit_bytes` caps the sum of live allocations; the device must be current on this thread.
-  explicit VramBudget(uint64_t limit_bytes) : limit_(limit_bytes) {}
+  // Allocations come from `allocator` (outliving the budget's buffers), or cudaMalloc if null.
+  explicit VramBudget(uint64_t limit_bytes, VramAllocator* allocator = nullptr)
+      : limit_(limit_bytes), allocator_(allocator) {}
   VramBudget(const VramBudget&) = delete;
   VramBudget& operator=(const VramBudget&) = delete;
 
@@ -62,6 +66,7 @@ class VramBudget {
   friend class VramBuffer;
   void uncharge(VramUse u, size_t bytes) noexcept;
   uint64_t limit_;
+  VramAllocator* allocator_;
   uint64_t used_ = 0;
   std::array<uint64_t, kVramUseCount> by_use_{};
 };
