@@ -115,6 +115,38 @@ ResidentExpert ExpertResidency::slot_view(int64_t layer, unsigned char* dst) con
   return {dst, dst + lay.up, dst + lay.down};
 }
 
+ResidentExpert ExpertResidency::chunk_view(int64_t layer, unsigned char* chunk, int64_t capacity,
+                                           int64_t at) const {
+  const model::ExpertLayerTensors& t = layers_[static_cast<size_t>(layer)];
+  const auto cap = static_cast<size_t>(capacity), i = static_cast<size_t>(at);
+  unsigned char* up = chunk + cap * t.gate.expert_bytes();
+  unsigned char* down = up + cap * t.up.expert_bytes();
+  return {chunk + i * t.gate.expert_bytes(), up + i * t.up.expert_bytes(),
+          down + i * t.down.expert_bytes()};
+}
+
+void ExpertResidency::stage_run(int64_t layer, int64_t first, int64_t count, unsigned char* chunk,
+                                int64_t capacity, int64_t at, cudaStream_t stream) const {
+  const model::ExpertLayerTensors& t = layers_[static_cast<size_t>(layer)];
+  // The three planes fit: slot_bytes_ is at least an expert's three matrices.
+  if (at < 0 || count < 1 || at + count > capacity) {
+    throw Error("stage_run: experts " + std::to_string(first) + "+" + std::to_string(count) +
+                " do not fit a chunk of " + std::to_string(capacity) + " slots at " +
+                std::to_string(at));
+  }
+  const ResidentExpert to = chunk_view(layer, chunk, capacity, at);
+  // A fused gate_up tensor interleaves the experts' gates with their ups: a strided copy.
+  const auto copy = [&](const void* dst, const model::ExpertProjection& p) {
+    const size_t width = p.expert_bytes();
+    const size_t pitch = static_cast<size_t>(p.rows_per_expert) * p.row_bytes;
+    MOE_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<void*>(dst), width, p.data(first), pitch, width,
+                                     static_cast<size_t>(count), cudaMemcpyHostToDevice, stream));
+  };
+  copy(to.gate, t.gate);
+  copy(to.up, t.up);
+  copy(to.down, t.down);
+}
+
 ResidentExpert ExpertResidency::stage(int64_t layer, int64_t expert, unsigned char* dst,
                                       cudaStream_t stream) const {
   const model::ExpertLayerTensors& t = layers_[static_cast<size_t>(layer)];

@@ -65,9 +65,13 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
          "its share of the routing, and evicts only its own experts")
       ->check(CLI::IsMember({"off", "layout"}));
   app.add_option("--moe-staging-slots", o.moe_staging_slots,
-                 "VRAM slots (one expert each) that streamed experts are copied into; a prefill "
-                 "batch computes them in double-buffered halves (default 64)")
+                 "VRAM slots (one expert each) that streamed experts are copied into (default 128)")
       ->check(CLI::Range(int64_t{2}, int64_t{4096}));
+  app.add_option("--moe-staging-chunk", o.moe_staging_chunk,
+                 "experts per chunk of a prefill's stream through the staging slots: a ring of "
+                 "chunks, each copied while earlier ones are computed (default 16; 0: half the "
+                 "slots)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   app.add_flag("--moe-cpu-sync", o.moe_cpu_sync,
                "compute the CPU's expert share on the thread that drives the GPU and "
                "synchronise with it every layer (default: a runner thread computes it while the "

@@ -37,9 +37,15 @@ struct GpuOptions {
   // slots, sized by the layer's share of the routing, and its misses evict only its own experts;
   // off (default): one pool across all layers, the coldest expert anywhere is evicted.
   bool moe_grouping_layout = false;
-  // VRAM slots experts streamed over PCIe are copied into (decode misses, prefill batches in
-  // double-buffered halves); even, at least 2.
-  int64_t moe_staging_slots = 64;
+  // VRAM slots experts streamed over PCIe are copied into (decode misses, prefill batches);
+  // even, at least 2.
+  int64_t moe_staging_slots = 128;
+  // Experts per chunk of a prefill's stream: the slots are a ring of chunks, each copied as soon
+  // as the chunk it held has been computed, and computed once it is in VRAM (0: half the slots,
+  // double buffering). Divides moe_staging_slots into at least two chunks. 128 slots in chunks of
+  // 16 measured best on the H200 host (docs/PERFORMANCE.md); a smaller slot count given alone
+  // gets chunks of at most half of it.
+  int64_t moe_staging_chunk = 16;
   // --no-mmap: read the model into memory instead of mapping it. With CPU-homed experts the GPU
   // then page-locks it, so prefill batches and --moe-stream-share copy experts over PCIe.
   bool no_mmap = false;

@@ -81,9 +81,18 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   if (streaming) {
     if (opt.moe_staging_slots < 2 || opt.moe_staging_slots % 2 != 0) {
       throw Error("staging slots: " + std::to_string(opt.moe_staging_slots) +
-                  " (a positive even number: two halves are double-buffered)");
+                  " (a positive even number: at least two chunks are in flight)");
     }
     staging_slots_ = opt.moe_staging_slots;
+    chunk_ = opt.moe_staging_chunk > 0 ? opt.moe_staging_chunk : staging_slots_ / 2;
+    const bool divides = staging_slots_ % chunk_ == 0 && staging_slots_ / chunk_ >= 2;
+    if (!divides && opt.moe_staging_chunk == GpuOptions{}.moe_staging_chunk) {
+      chunk_ = staging_slots_ / 2;  // --moe-staging-slots alone, not a multiple of the default
+    } else if (!divides) {
+      throw Error("staging chunk: " + std::to_string(chunk_) + " experts does not divide the " +
+                  std::to_string(staging_slots_) + " staging slots into two or more chunks");
+    }
+    ring_ = staging_slots_ / chunk_;
     staging_bytes =
         static_cast<uint64_t>(staging_slots_) * ExpertResidency::slot_bytes_for(tensors_, gpu_home);
   }
@@ -123,8 +132,10 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
     }
     staging_ = budget.allocate(staging_bytes, VramUse::Pool, "PCIe staging slots");
     copy_stream_ = std::make_unique<CudaStream>();
-    for (auto& e : slots_ready_) e = std::make_unique<CudaEvent>();
-    for (auto& e : slots_free_) e = std::make_unique<CudaEvent>();
+    for (int64_t i = 0; i < ring_; ++i) {
+      slots_ready_.push_back(std::make_unique<CudaEvent>());
+      slots_free_.push_back(std::make_unique<CudaEvent>());
+    }
   }
   gpu_t0_ = std::make_unique<CudaEvent>(/*timing=*/true);
   gpu_t1_ = std::make_unique<CudaEvent>(/*timing=*/true);
@@ -499,7 +510,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
       if (count_[static_cast<size_t>(e)] > 0 && r) add_group(e, *r);
     }
     for (size_t k = 0; k < streamed_.size(); ++k) {
-      add_group(streamed_[k], residency_->slot_view(l, streamed_slot(static_cast<int64_t>(k))));
+      add_group(streamed_[k], streamed_view(l, static_cast<int64_t>(k)));
     }
     int32_t k = 0;
     for (int64_t t = 0; t < n; ++t) {
@@ -694,30 +705,38 @@ void RoutedExpertsGpu::prefetch(int64_t l, int64_t n) {
   }
   prefetched_layer_ = l;
   layer_chunk0_ = chunk_seq_;
-  const int64_t half = staging_slots_ / 2;
-  const auto n_chunks = (static_cast<int64_t>(streamed_.size()) + half - 1) / half;
+  const auto n_chunks = (static_cast<int64_t>(streamed_.size()) + chunk_ - 1) / chunk_;
   chunk_seq_ += n_chunks;
-  for (int64_t c = 0; c < std::min<int64_t>(n_chunks, 2); ++c) copy_chunk(l, c);
+  for (int64_t c = 0; c < std::min(n_chunks, ring_); ++c) copy_chunk(l, c);
 }
 
-unsigned char* RoutedExpertsGpu::streamed_slot(int64_t k) const {
-  // Chunks alternate between the two halves of the slots across layers too, so the next layer's
-  // first chunk is copied while this layer's last one is computed.
-  const int64_t half = staging_slots_ / 2;
-  const int64_t h = (layer_chunk0_ + k / half) % 2;
-  return staging_slot(h * half + k % half);
+ResidentExpert RoutedExpertsGpu::streamed_view(int64_t l, int64_t k) const {
+  // Chunks go round the ring across layers too, so the next layer's first chunks are copied
+  // while this layer's last ones are computed.
+  const int64_t h = (layer_chunk0_ + k / chunk_) % ring_;
+  return residency_->chunk_view(l, staging_slot(h * chunk_), chunk_, k % chunk_);
 }
 
 void RoutedExpertsGpu::copy_chunk(int64_t l, int64_t c) {
-  const int64_t half = staging_slots_ / 2;
   const auto n = static_cast<int64_t>(streamed_.size());
-  const int64_t h = (layer_chunk0_ + c) % 2;
+  const int64_t h = (layer_chunk0_ + c) % ring_;
   cudaStream_t copy = copy_stream_->get();
-  // The half is free once `stream` computed the chunk before last (or a decode step used it).
+  // The place is free once `stream` computed the chunk that held it (or a decode step used it).
   MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_free_[h]->get(), 0));
-  for (int64_t k = c * half; k < std::min(n, (c + 1) * half); ++k) {
-    residency_->stage(l, streamed_[static_cast<size_t>(k)], streamed_slot(k), copy);
-    stats_.pcie_bytes += expert_bytes(tensors_[static_cast<size_t>(l)]);
+  // Runs of consecutive experts (streamed_ is in expert order) move in one copy per matrix.
+  unsigned char* chunk = staging_slot(h * chunk_);
+  const int64_t end = std::min(n, (c + 1) * chunk_);
+  for (int64_t k = c * chunk_; k < end;) {
+    int64_t run = 1;
+    while (k + run < end &&
+           streamed_[static_cast<size_t>(k + run)] == streamed_[static_cast<size_t>(k)] + run) {
+      ++run;
+    }
+    residency_->stage_run(l, streamed_[static_cast<size_t>(k)], run, chunk, chunk_, k % chunk_,
+                          copy);
+    stats_.pcie_bytes +=
+        static_cast<uint64_t>(run) * expert_bytes(tensors_[static_cast<size_t>(l)]);
+    k += run;
   }
   MOE_CUDA_CHECK(cudaEventRecord(slots_ready_[h]->get(), copy));
 }
@@ -725,20 +744,20 @@ void RoutedExpertsGpu::copy_chunk(int64_t l, int64_t c) {
 void RoutedExpertsGpu::stream_groups(int64_t l, int32_t first_group,
                                      const std::function<void(int32_t, int32_t)>& compute,
                                      cudaStream_t stream) {
-  // Chunks 0 and 1 were started by prefetch(); chunk c + 2 is copied once chunk c is computed.
-  const int64_t half = staging_slots_ / 2;
+  // Chunks 0 .. ring_ - 1 were started by prefetch(); chunk c + ring_ is copied once chunk c is
+  // computed.
   const auto n = static_cast<int64_t>(streamed_.size());
-  const int64_t n_chunks = (n + half - 1) / half;
+  const int64_t n_chunks = (n + chunk_ - 1) / chunk_;
   for (int64_t c = 0; c < n_chunks; ++c) {
-    const int64_t h = (layer_chunk0_ + c) % 2;
+    const int64_t h = (layer_chunk0_ + c) % ring_;
     submit(stream);  // what was recorded before the wait runs before it
     MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, slots_ready_[h]->get(), 0));
-    const auto g0 = static_cast<int32_t>(first_group + c * half);
-    const auto g1 = static_cast<int32_t>(first_group + std::min(n, (c + 1) * half));
+    const auto g0 = static_cast<int32_t>(first_group + c * chunk_);
+    const auto g1 = static_cast<int32_t>(first_group + std::min(n, (c + 1) * chunk_));
     compute(g0, g1);
     submit(stream);
     MOE_CUDA_CHECK(cudaEventRecord(slots_free_[h]->get(), stream));
-    if (c + 2 < n_chunks) copy_chunk(l, c + 2);
+    if (c + ring_ < n_chunks) copy_chunk(l, c + ring_);
   }
 }
 

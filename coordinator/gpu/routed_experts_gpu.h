@@ -125,11 +125,11 @@ class RoutedExpertsGpu {
   // Whether a batch of n tokens streams every CPU-homed expert it uses to the GPU.
   bool streams_batch(int64_t n) const;
   unsigned char* staging_slot(int64_t k) const;
-  // The slot of streamed_[k] in this layer's chunk numbering.
-  unsigned char* streamed_slot(int64_t k) const;
-  // Enqueues the copy of chunk c of streamed_ (half the staging slots) on the copy stream.
+  // Where streamed_[k] of layer l is in VRAM: its chunk of the ring, laid out by matrix.
+  ResidentExpert streamed_view(int64_t l, int64_t k) const;
+  // Enqueues the copy of chunk c of streamed_ (chunk_ experts) on the copy stream.
   void copy_chunk(int64_t layer, int64_t c);
-  // Computes the experts in streamed_ chunk by chunk, double-buffered with their copies: calls
+  // Computes the experts in streamed_ chunk by chunk, each once its copy is done: calls
   // compute(g0, g1) for the groups (numbered from first_group) of each chunk once it is in VRAM.
   void stream_groups(int64_t layer, int32_t first_group,
                      const std::function<void(int32_t, int32_t)>& compute, cudaStream_t stream);
@@ -182,10 +182,13 @@ class RoutedExpertsGpu {
   // CPU-resident weight's product to the GPU from 32 tokens).
   static constexpr int64_t kStreamBatchMinTokens = 32;
   std::unique_ptr<CudaStream> copy_stream_;
-  // Per half of the slots: its chunk is in VRAM / has been computed (and may be overwritten).
-  std::unique_ptr<CudaEvent> slots_ready_[2], slots_free_[2];
+  // The staging slots are a ring of ring_ chunks of chunk_ slots. Per chunk: its experts are in
+  // VRAM / have been computed (and may be overwritten).
+  int64_t chunk_ = 0, ring_ = 0;
+  std::vector<std::unique_ptr<CudaEvent>> slots_ready_, slots_free_;
   int64_t prefetched_layer_ = -1;  // the layer whose streamed_ experts prefetch() started
-  // Chunks are numbered across layers; chunk s uses half s % 2. layer_chunk0_: this layer's first.
+  // Chunks are numbered across layers; chunk s uses ring place s % ring_. layer_chunk0_: this
+  // layer's first.
   int64_t chunk_seq_ = 0, layer_chunk0_ = 0;
   // Decode misses copied per layer visit, from measured rates (when no fixed share is given).
   std::unique_ptr<model::MissSplitProfiler> profiler_;

@@ -435,9 +435,29 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
                 kPlacements[placement].name, d.max, d.rms());
     EXPECT_LE(d.max, 1e-4);
   }
+  {
+    // A ring of three chunks of two experts: each chunk's copy waits for the computation of the
+    // chunk three before it, across layers too.
+    GpuOptions opt = options(kPlacements[1]);
+    opt.moe_staging_slots = 6;
+    opt.moe_staging_chunk = 2;
+    opt.moe_stream_share = 1.0;
+    Qwen3MoeGpu ring(file, pool, nullptr, opt);
+    const std::vector<float> got = prefill(ring);
+    ASSERT_EQ(got.size(), want.size());
+    Diff d;
+    d.add(got.data(), want.data(), static_cast<int64_t>(want.size()));
+    std::printf("-cmoe, prefill streamed through a ring of 3 chunks vs resident: max %.3g\n",
+                d.max);
+    EXPECT_LE(d.max, 1e-4);
+  }
   GpuOptions odd = options(kPlacements[1]);
   odd.moe_staging_slots = 3;
   moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, odd); }, "staging slots");
+  GpuOptions uneven = options(kPlacements[1]);
+  uneven.moe_staging_slots = 4;
+  uneven.moe_staging_chunk = 3;
+  moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, uneven); }, "staging chunk");
 }
 
 // The CPU's share computed on the runner thread the GPU stream waits on gives the logits of the

@@ -258,6 +258,30 @@ TEST(Qwen35Gpu, FusedGateUpExpertsGiveIdenticalLogits) {
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
     }
   }
+  {
+    // A 40-token prefill streams the CPU-homed experts through the staging ring: the fused
+    // tensor's interleaved gates and ups are copied strided, and give the same bits.
+    const auto plain =
+        moe::gguf::GgufFile::open(model_path(m).string(), moe::gguf::LoadMode::Loaded);
+    const auto fused = moe::gguf::GgufFile::open(fused_path, moe::gguf::LoadMode::Loaded);
+    moe::cpu::ThreadPool pool(2);
+    GpuOptions o = options(kPlacements[1]);  // -cmoe, no pool
+    o.moe_staging_slots = 6;
+    o.moe_staging_chunk = 2;
+    std::vector<int32_t> batch;
+    for (int32_t i = 0; i < 40; ++i) batch.push_back(10 + 3 * i);
+    const auto prefill = [&](const moe::gguf::GgufFile& f) {
+      Qwen35MoeGpu g(f, pool, nullptr, o);
+      EXPECT_NE(g.describe().find("prefill batches"), std::string::npos) << g.describe();
+      KvCache c = g.make_cache(64, KvType::F32, KvType::F32);
+      std::vector<float> out(batch.size() * static_cast<size_t>(g.config().n_vocab));
+      g.forward(batch, c, LogitsMode::All, out.data(), nullptr);
+      return out;
+    };
+    const std::vector<float> want = prefill(plain), got = prefill(fused);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  }
   fs::remove(fused_path);
 }
 
