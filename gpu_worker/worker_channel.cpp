@@ -49,8 +49,9 @@ void WorkerChannel::send_text(WorkerMsg type, uint64_t a, const std::string& tex
 }
 
 bool WorkerChannel::receive(ReceivedMsg& m) {
-  m.payload.resize(sizeof(WorkerMsgHeader) + kMaxPayload);
-  iovec iov{m.payload.data(), m.payload.size()};
+  // One buffer for the channel's life: a message costs its own bytes, not a cleared 256 KiB.
+  if (!buf_) buf_ = std::make_unique<unsigned char[]>(sizeof(WorkerMsgHeader) + kMaxPayload);
+  iovec iov{buf_.get(), sizeof(WorkerMsgHeader) + kMaxPayload};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -77,14 +78,12 @@ bool WorkerChannel::receive(ReceivedMsg& m) {
     if (m.fd >= 0) ::close(m.fd);
     throw Error("GPU worker channel: malformed message (" + std::to_string(got) + " bytes)");
   }
-  std::memcpy(&m.head, m.payload.data(), sizeof m.head);
+  std::memcpy(&m.head, buf_.get(), sizeof m.head);
   if (m.head.payload_bytes != got - sizeof(WorkerMsgHeader)) {
     if (m.fd >= 0) ::close(m.fd);
     throw Error("GPU worker channel: message length does not match its header");
   }
-  m.payload.erase(m.payload.begin(),
-                  m.payload.begin() + static_cast<std::ptrdiff_t>(sizeof(WorkerMsgHeader)));
-  m.payload.resize(m.head.payload_bytes);
+  m.payload.assign(buf_.get() + sizeof(WorkerMsgHeader), buf_.get() + got);
   return true;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,6 +62,7 @@ class WorkerChannel {
 
  private:
   int fd_;
+  std::unique_ptr<unsigned char[]> buf_;  // receive(): a whole message, header first
 };
 
 }  // namespace moe::gpu
