@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/checked_math.h"
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -21,8 +22,6 @@ namespace {
 constexpr int kStartTimeoutMs = 60000;  // a cold CUDA context under MPS takes seconds
 constexpr uint64_t kAlign = 256;        // what cudaMalloc guarantees
 constexpr int kReserveRounds = 8;       // proposals each way before giving up
-
-uint64_t round_up(uint64_t v, uint64_t g) { return (v + g - 1) / g * g; }
 
 }  // namespace
 
@@ -196,7 +195,12 @@ std::string RemoteGpuExecutor::describe() const {
 }
 
 void* RemoteGpuExecutor::allocate(size_t bytes, std::string& why) {
-  const uint64_t want = round_up(bytes == 0 ? 1 : bytes, kAlign);
+  const std::optional<uint64_t> aligned = checked_align_up(bytes == 0 ? 1 : bytes, kAlign);
+  if (!aligned) {
+    why = "a size that overflows";
+    return nullptr;
+  }
+  const uint64_t want = *aligned;
   const std::lock_guard lock(heap_mu_);
   if (dead_) {
     why = failure();

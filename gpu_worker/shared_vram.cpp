@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/checked_math.h"
 #include "common/error.h"
 #include "kernels/cuda/driver_api.h"
 
@@ -52,7 +53,12 @@ CUmemAllocationProp allocation_prop(int device) {
   return p;
 }
 
-uint64_t round_up(uint64_t v, uint64_t g) { return (v + g - 1) / g * g; }
+// v rounded up to the granularity (a power of two); a size that overflows is an error.
+uint64_t granules(uint64_t v, uint64_t g) {
+  const std::optional<uint64_t> r = checked_align_up(v, g);
+  if (!r) throw Error("shared device memory of " + std::to_string(v) + " bytes is too large");
+  return *r;
+}
 
 }  // namespace
 
@@ -63,7 +69,7 @@ SharedVram::SharedVram(int device, uint64_t bytes, uint64_t at) : device_(device
   check_driver(v.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
                "cuMemGetAllocationGranularity");
   granularity_ = g;
-  size_ = round_up(bytes, granularity_);
+  size_ = granules(bytes, granularity_);
   CUdeviceptr p = 0;
   check_driver(v.reserve(&p, size_, granularity_, static_cast<CUdeviceptr>(at), 0),
                "cuMemAddressReserve");
@@ -108,7 +114,7 @@ void SharedVram::map_at(uint64_t offset, uint64_t bytes, CUmemGenericAllocationH
 SharedVram::Export SharedVram::create(size_t bytes) {
   const Vmm& v = vmm();
   const std::lock_guard lock(mu_);
-  const uint64_t want = round_up(bytes == 0 ? 1 : bytes, granularity_);
+  const uint64_t want = granules(bytes == 0 ? 1 : bytes, granularity_);
   const std::optional<uint64_t> place = free_.take(want);
   if (!place) {
     throw Error("the shared device address range (" + std::to_string(size_ >> 20) +
