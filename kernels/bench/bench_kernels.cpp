@@ -1,9 +1,11 @@
 // moe-bench-kernels: effective weight bandwidth of the quantized GEMV per type, beside the plain
 // memory read bandwidth measured in the same run with the same threads (docs/PERFORMANCE.md).
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -70,6 +72,20 @@ double read_pass_s(const uint8_t* buf, size_t bytes, ThreadPool& pool,
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Bytes of this process's anonymous memory on transparent huge pages (/proc/self/smaps_rollup), 0
+// where the kernel does not say.
+size_t anon_huge_bytes() {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "AnonHugePages: %zu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
 // Fills `bytes` with valid blocks of `type`: a 16 MiB random pattern repeated (content does not
 // matter for bandwidth, only that scales are finite).
 void fill_weights(GgmlType type, uint8_t* buf, size_t bytes, size_t row_bytes, int64_t n_in) {
@@ -95,6 +111,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> type_names = {"q4_K", "q5_K", "q6_K", "q8_0", "q2_0", "bf16"};
   std::vector<int> act_rows = {1};
   std::string isa_arg;
+  std::string pages = "huge";
   app.add_option("-t,--threads", threads, "threads (the caller counts as one)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--gib", gib, "weight bytes per type, GiB")->check(CLI::Range(0.01, 64.0));
@@ -104,6 +121,11 @@ int main(int argc, char** argv) {
   app.add_option("--act-rows", act_rows, "activation rows per GEMV (1-8; >8 runs the GEMM)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--isa", isa_arg, "scalar|avx2|avx512 (default: best supported)");
+  app.add_option("--pages", pages,
+                 "huge: ask the kernel for 2 MiB pages (madvise); small: forbid them. Left to "
+                 "chance, a run mixes both as khugepaged collapses pages, and reads change speed "
+                 "mid-run")
+      ->check(CLI::IsMember({"huge", "small"}));
   CLI11_PARSE(app, argc, argv);
 
   Isa isa = best_isa();
@@ -143,14 +165,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe-bench-kernels: error: cannot allocate %zu bytes\n", bytes);
     return 1;
   }
+  if (madvise(buf, bytes, pages == "huge" ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) != 0) {
+    std::fprintf(stderr, "moe-bench-kernels: warning: madvise(%s pages) failed: %s\n",
+                 pages.c_str(), std::strerror(errno));
+  }
   std::memset(buf, 1, bytes);  // fault the pages in before timing
   ThreadPool pool(threads);
   MatmulScratch scratch;
 
   std::vector<uint64_t> sink(static_cast<size_t>(pool.size()) * 8);
   read_pass_s(buf, bytes, pool, sink);  // warm-up
-  std::printf("moe-bench-kernels: %d threads, ISA %s, %.2f GiB per type, median of %d\n", threads,
-              std::string(isa_name(isa)).c_str(), static_cast<double>(bytes) / (1ull << 30), reps);
+  std::printf(
+      "moe-bench-kernels: %d threads, ISA %s, %.2f GiB per type (%s pages: %.0f%% of it on 2 MiB "
+      "pages), median of %d\n",
+      threads, std::string(isa_name(isa)).c_str(), static_cast<double>(bytes) / (1ull << 30),
+      pages.c_str(), 100.0 * static_cast<double>(anon_huge_bytes()) / static_cast<double>(bytes),
+      reps);
   std::printf(
       "Each repetition times a plain read pass of the same buffer right before the GEMV; the "
       "ratio\n"
