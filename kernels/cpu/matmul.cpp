@@ -11,14 +11,24 @@
 namespace moe::cpu {
 namespace {
 
-// A GEMV task covers about this many weight bytes: large enough that scheduling costs nothing,
-// small enough that two threads finish together on small matrices.
-constexpr size_t kGemvTaskBytes = 64 << 10;
+// A GEMV task covers total / (threads * kGemvTasksPerThread) weight bytes, at least
+// kGemvMinTaskBytes. Each task is a separate stream that the prefetchers must pick up again, and
+// that restart is what limited a GEMV: on a Zen 5 with 2 threads (~30 GB/s of DRAM per core),
+// 64 KiB tasks held Q4_K/Q8_0/BF16 at 55-64% of the read bandwidth and 1 MiB tasks at 74-87%
+// (docs/PERFORMANCE.md). A few tasks per thread still even out a slow thread; the floor keeps
+// small matrices spread over every thread.
+constexpr size_t kGemvMinTaskBytes = 64 << 10;
+constexpr size_t kGemvTasksPerThread = 4;
 // A GEMM task keeps this many weight bytes hot in L2 while every activation chunk passes over it.
 constexpr size_t kGemmBlockBytes = 128 << 10;
 
 int64_t rows_per_task(size_t row_bytes, size_t target) {
   return std::max<int64_t>(1, static_cast<int64_t>(target / std::max<size_t>(row_bytes, 1)));
+}
+
+size_t gemv_task_bytes(size_t total_bytes, const ThreadPool& pool) {
+  const size_t tasks = static_cast<size_t>(std::max(pool.size(), 1)) * kGemvTasksPerThread;
+  return std::max(kGemvMinTaskBytes, total_bytes / tasks);
 }
 
 }  // namespace
@@ -59,7 +69,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
       quantize_act_row(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in, isa);
     }
     // GEMV: each weight row is read once and dotted with every activation row.
-    const int64_t per_task = rows_per_task(w.row_bytes, kGemvTaskBytes);
+    const size_t task_bytes = gemv_task_bytes(w.row_bytes * static_cast<size_t>(w.n_out), pool);
+    const int64_t per_task = rows_per_task(w.row_bytes, task_bytes);
     const int64_t n_tasks = (w.n_out + per_task - 1) / per_task;
     pool.parallel_for(n_tasks, [&](int64_t task, int) {
       const int64_t o_end = std::min(w.n_out, (task + 1) * per_task);
@@ -152,9 +163,12 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
 
   std::vector<MatmulScratch::BatchTask>& tasks = scratch.tasks_;
   tasks.clear();  // keeps its capacity: no allocation once the largest batch was seen
+  size_t total_bytes = 0;
+  for (const MatmulJob& j : jobs) total_bytes += j.w.row_bytes * static_cast<size_t>(j.w.n_out);
+  const size_t task_bytes = gemv_task_bytes(total_bytes, pool);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatmulJob& j = jobs[i];
-    const int64_t per_task = rows_per_task(j.w.row_bytes, kGemvTaskBytes);
+    const int64_t per_task = rows_per_task(j.w.row_bytes, task_bytes);
     for (int64_t o = 0; o < j.w.n_out; o += per_task) {
       tasks.push_back({i, o, std::min(j.w.n_out, o + per_task), inputs[input_of[i]].offset});
     }
