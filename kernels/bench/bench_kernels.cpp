@@ -176,11 +176,11 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> sink(static_cast<size_t>(pool.size()) * 8);
   read_pass_s(buf, bytes, pool, sink);  // warm-up
   std::printf(
-      "moe-bench-kernels: %d threads, ISA %s, %.2f GiB per type (%s pages: %.0f%% of it on 2 MiB "
-      "pages), median of %d\n",
-      threads, std::string(isa_name(isa)).c_str(), static_cast<double>(bytes) / (1ull << 30),
-      pages.c_str(), 100.0 * static_cast<double>(anon_huge_bytes()) / static_cast<double>(bytes),
-      reps);
+      "moe-bench-kernels: %d threads, ISA %s, weights prefetched %zu bytes ahead, %.2f GiB per "
+      "type (%s pages: %.0f%% of it on 2 MiB pages), median of %d\n",
+      threads, std::string(isa_name(isa)).c_str(), static_cast<size_t>(weight_prefetch_ahead()),
+      static_cast<double>(bytes) / (1ull << 30), pages.c_str(),
+      100.0 * static_cast<double>(anon_huge_bytes()) / static_cast<double>(bytes), reps);
   std::printf(
       "Each repetition times a plain read pass of the same buffer right before the GEMV; the "
       "ratio\n"
