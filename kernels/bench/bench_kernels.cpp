@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/weight_prefetch.h"
 #include "tests/random_blocks.h"
 
 namespace {
@@ -103,6 +104,42 @@ void fill_weights(GgmlType type, uint8_t* buf, size_t bytes, size_t row_bytes, i
 
 }  // namespace
 
+// Settles the process's weight prefetch distance (weight_prefetch.h) before anything is timed, on
+// the GEMVs a Q4_K_M model's experts make: one activation row over 64 MiB slices of Q4_K and Q6_K
+// weights, walked through the whole buffer so that every slice comes from DRAM.
+void tune_prefetch(uint8_t* buf, size_t bytes, ThreadPool& pool, MatmulScratch& scratch, Isa isa) {
+  constexpr int64_t kNIn = 2048;
+  constexpr size_t kSlice = size_t{64} << 20;
+  const size_t half = bytes / 2;
+  const GgmlType types[2] = {GgmlType::Q4_K, GgmlType::Q6_K};
+  std::vector<WeightMatrix> slices;
+  for (int h = 0; h < 2; ++h) {
+    const auto row_bytes = static_cast<size_t>(*moe::ggml_row_bytes(types[h], kNIn));
+    uint8_t* base = buf + static_cast<size_t>(h) * half;
+    const int64_t rows = static_cast<int64_t>(std::min(kSlice, half) / row_bytes);
+    const size_t slice_bytes = static_cast<size_t>(rows) * row_bytes;
+    fill_weights(types[h], base, half / slice_bytes * slice_bytes, row_bytes, kNIn);
+    for (size_t off = 0; off + slice_bytes <= half; off += slice_bytes) {
+      slices.push_back(make_weight_matrix(types[h], base + off, kNIn, rows));
+    }
+  }
+  std::mt19937 rng(11);
+  const auto x = moe::test::random_floats(kNIn, rng);
+  std::vector<float> y(static_cast<size_t>(slices.front().n_out));
+  // Alternate the two types' slices so that each distance is timed on both.
+  std::vector<size_t> order;
+  const size_t per_type = slices.size() / 2;
+  for (size_t i = 0; i < per_type; ++i) {
+    order.push_back(i);
+    order.push_back(per_type + i);
+  }
+  for (int i = 0; i < 1000 && !prefetch_tuned() && !order.empty(); ++i) {
+    const WeightMatrix& w = slices[order[static_cast<size_t>(i) % order.size()]];
+    y.resize(static_cast<size_t>(w.n_out));
+    matmul(w, x.data(), 1, y.data(), pool, scratch, isa);
+  }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Quantized GEMV weight bandwidth vs plain memory read bandwidth"};
   int threads = 2;
@@ -175,12 +212,14 @@ int main(int argc, char** argv) {
 
   std::vector<uint64_t> sink(static_cast<size_t>(pool.size()) * 8);
   read_pass_s(buf, bytes, pool, sink);  // warm-up
+  tune_prefetch(buf, bytes, pool, scratch, isa);
   std::printf(
-      "moe-bench-kernels: %d threads, ISA %s, weights prefetched %zu bytes ahead, %.2f GiB per "
-      "type (%s pages: %.0f%% of it on 2 MiB pages), median of %d\n",
-      threads, std::string(isa_name(isa)).c_str(), static_cast<size_t>(weight_prefetch_ahead()),
-      static_cast<double>(bytes) / (1ull << 30), pages.c_str(),
-      100.0 * static_cast<double>(anon_huge_bytes()) / static_cast<double>(bytes), reps);
+      "moe-bench-kernels: %d threads, ISA %s, %.2f GiB per type (%s pages: %.0f%% of it on 2 MiB "
+      "pages), median of %d\n"
+      "weight prefetch distance: %s\n",
+      threads, std::string(isa_name(isa)).c_str(), static_cast<double>(bytes) / (1ull << 30),
+      pages.c_str(), 100.0 * static_cast<double>(anon_huge_bytes()) / static_cast<double>(bytes),
+      reps, prefetch_summary().c_str());
   std::printf(
       "Each repetition times a plain read pass of the same buffer right before the GEMV; the "
       "ratio\n"

@@ -3,7 +3,6 @@
 #include <cpuid.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -47,37 +46,12 @@ Features detect() {
   return f;
 }
 
-bool amd_cpu() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  char vendor[13] = {};
-  __builtin_memcpy(vendor, &b, 4);
-  __builtin_memcpy(vendor + 4, &d, 4);
-  __builtin_memcpy(vendor + 8, &c, 4);
-  const std::string v = vendor;
-  return v == "AuthenticAMD" || v == "HygonGenuine";
-}
-
-uintptr_t choose_prefetch_ahead() {
-  if (const char* env = std::getenv("MOE_PREFETCH_AHEAD")) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(env, &end, 10);
-    if (end != env && *end == '\0' && v >= 64 && v <= 65536) return v;
-    std::fprintf(stderr, "moe: MOE_PREFETCH_AHEAD=%s ignored (bytes from 64 to 65536)\n", env);
-  }
-  return amd_cpu() ? 6144 : 2048;
-}
-
 const Features& features() {
   static const Features f = detect();
   return f;
 }
 
 }  // namespace
-
-namespace detail {
-const uintptr_t weight_prefetch_ahead = choose_prefetch_ahead();
-}  // namespace detail
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {

@@ -1,12 +1,14 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "common/error.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_dot.h"
+#include "kernels/cpu/weight_prefetch.h"
 
 namespace moe::cpu {
 namespace {
@@ -24,6 +26,21 @@ constexpr size_t kGemmBlockBytes = 128 << 10;
 
 int64_t rows_per_task(size_t row_bytes, size_t target) {
   return std::max<int64_t>(1, static_cast<int64_t>(target / std::max<size_t>(row_bytes, 1)));
+}
+
+// Runs a GEMV dispatch; one with a single activation row and enough weight bytes may be a trial of
+// the weight prefetch distance (weight_prefetch.h), timed here.
+template <class F>
+void run_gemv(size_t weight_bytes, bool single_row, F&& dispatch) {
+  const PrefetchTrial trial = single_row ? begin_prefetch_trial(weight_bytes) : PrefetchTrial{};
+  if (trial.candidate < 0) {
+    dispatch();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  dispatch();
+  const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+  end_prefetch_trial(trial, weight_bytes, dt.count());
 }
 
 size_t gemv_task_bytes(size_t total_bytes, const ThreadPool& pool) {
@@ -69,16 +86,18 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
       quantize_act_row(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in, isa);
     }
     // GEMV: each weight row is read once and dotted with every activation row.
-    const size_t task_bytes = gemv_task_bytes(w.row_bytes * static_cast<size_t>(w.n_out), pool);
-    const int64_t per_task = rows_per_task(w.row_bytes, task_bytes);
+    const size_t weight_bytes = w.row_bytes * static_cast<size_t>(w.n_out);
+    const int64_t per_task = rows_per_task(w.row_bytes, gemv_task_bytes(weight_bytes, pool));
     const int64_t n_tasks = (w.n_out + per_task - 1) / per_task;
-    pool.parallel_for(n_tasks, [&](int64_t task, int) {
-      const int64_t o_end = std::min(w.n_out, (task + 1) * per_task);
-      float out[kMaxActRows];
-      for (int64_t o = task * per_task; o < o_end; ++o) {
-        dot(w.n_in, wbytes + o * w.row_bytes, act, act_bytes, static_cast<int>(n_rows), out);
-        for (int64_t r = 0; r < n_rows; ++r) y[r * w.n_out + o] = out[r];
-      }
+    run_gemv(weight_bytes, n_rows == 1, [&] {
+      pool.parallel_for(n_tasks, [&](int64_t task, int) {
+        const int64_t o_end = std::min(w.n_out, (task + 1) * per_task);
+        float out[kMaxActRows];
+        for (int64_t o = task * per_task; o < o_end; ++o) {
+          dot(w.n_in, wbytes + o * w.row_bytes, act, act_bytes, static_cast<int>(n_rows), out);
+          for (int64_t r = 0; r < n_rows; ++r) y[r * w.n_out + o] = out[r];
+        }
+      });
     });
     return;
   }
@@ -173,18 +192,22 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
       tasks.push_back({i, o, std::min(j.w.n_out, o + per_task), inputs[input_of[i]].offset});
     }
   }
-  pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
-    const MatmulScratch::BatchTask& task = tasks[static_cast<size_t>(t)];
-    const MatmulJob& j = jobs[task.job];
-    const VecDotFn dot = vec_dot_kernel(j.w.type, isa);
-    const size_t act_bytes = act_row_bytes(act_format_for(j.w.type), j.w.n_in);
-    const auto* wbytes = static_cast<const unsigned char*>(j.w.data);
-    float out[kMaxActRows];
-    for (int64_t o = task.o_begin; o < task.o_end; ++o) {
-      dot(j.w.n_in, wbytes + o * j.w.row_bytes, act + task.act_offset, act_bytes,
-          static_cast<int>(j.n_rows), out);
-      for (int64_t r = 0; r < j.n_rows; ++r) j.y[r * j.w.n_out + o] = out[r];
-    }
+  const bool single_row =
+      std::all_of(jobs.begin(), jobs.end(), [](const MatmulJob& j) { return j.n_rows == 1; });
+  run_gemv(total_bytes, single_row, [&] {
+    pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
+      const MatmulScratch::BatchTask& task = tasks[static_cast<size_t>(t)];
+      const MatmulJob& j = jobs[task.job];
+      const VecDotFn dot = vec_dot_kernel(j.w.type, isa);
+      const size_t act_bytes = act_row_bytes(act_format_for(j.w.type), j.w.n_in);
+      const auto* wbytes = static_cast<const unsigned char*>(j.w.data);
+      float out[kMaxActRows];
+      for (int64_t o = task.o_begin; o < task.o_end; ++o) {
+        dot(j.w.n_in, wbytes + o * j.w.row_bytes, act + task.act_offset, act_bytes,
+            static_cast<int>(j.n_rows), out);
+        for (int64_t r = 0; r < j.n_rows; ++r) j.y[r * j.w.n_out + o] = out[r];
+      }
+    });
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/ggml_type.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/weight_prefetch.h"
 
 namespace moe::cpu {
 
