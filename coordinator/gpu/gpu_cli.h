@@ -72,6 +72,10 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
                  "chunks, each copied while earlier ones are computed (default 16; 0: half the "
                  "slots)")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}));
+  app.add_option("--moe-copy-streams", o.moe_copy_streams,
+                 "CUDA streams a prefill's chunks of streamed experts are copied on, in turn, so "
+                 "that one copy's fixed cost overlaps another's transfer (default 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4}));
   app.add_flag("--moe-cpu-sync", o.moe_cpu_sync,
                "compute the CPU's expert share on the thread that drives the GPU and "
                "synchronise with it every layer (default: a runner thread computes it while the "

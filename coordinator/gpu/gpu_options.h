@@ -46,6 +46,10 @@ struct GpuOptions {
   // 16 measured best on the H200 host (docs/PERFORMANCE.md); a smaller slot count given alone
   // gets chunks of at most half of it.
   int64_t moe_staging_chunk = 16;
+  // Copy streams a prefill's chunks go round (--moe-copy-streams): each copy has a fixed cost
+  // beyond its bytes (a 1 MiB copy moves at 48 GB/s where 14 MiB reach 55 on the H200 host), and
+  // copies on different streams can overlap it.
+  int64_t moe_copy_streams = 1;
   // --no-mmap: read the model into memory instead of mapping it. With CPU-homed experts the GPU
   // then page-locks it, so prefill batches and --moe-stream-share copy experts over PCIe.
   bool no_mmap = false;

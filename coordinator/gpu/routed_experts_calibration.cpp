@@ -104,8 +104,8 @@ void RoutedExpertsGpu::measure_gpu_rates(int64_t l) {
   // Only where experts cross PCIe: the staging slots hold the copies, and the kernels then run
   // on experts that are not in L2 (the slots together are larger than it).
   const int64_t K = cfg_.n_expert_used;
-  if (!copy_stream_ || staging_slots_ < 2 * K) return;
-  cudaStream_t s = copy_stream_->get();
+  if (copy_streams_.empty() || staging_slots_ < 2 * K) return;
+  cudaStream_t s = copy_streams_.front()->get();
   const model::ExpertLayerTensors& t = tensors_[static_cast<size_t>(l)];
   const double bytes =
       static_cast<double>(t.gate.expert_bytes() + t.up.expert_bytes() + t.down.expert_bytes());

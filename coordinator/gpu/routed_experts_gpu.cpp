@@ -131,7 +131,12 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
       pcie_t1_ = std::make_unique<CudaEvent>(/*timing=*/true);
     }
     staging_ = budget.allocate(staging_bytes, VramUse::Pool, "PCIe staging slots");
-    copy_stream_ = std::make_unique<CudaStream>();
+    if (opt.moe_copy_streams < 1 || opt.moe_copy_streams > 4) {
+      throw Error("copy streams: " + std::to_string(opt.moe_copy_streams) + " (1 to 4)");
+    }
+    for (int64_t i = 0; i < opt.moe_copy_streams; ++i) {
+      copy_streams_.push_back(std::make_unique<CudaStream>());
+    }
     for (int64_t i = 0; i < ring_; ++i) {
       slots_ready_.push_back(std::make_unique<CudaEvent>());
       slots_free_.push_back(std::make_unique<CudaEvent>());
@@ -339,10 +344,12 @@ void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn) 
 
 std::string RoutedExpertsGpu::summary() const {
   std::string s = residency_->summary() + "; " + exec_.describe();
-  if (copy_stream_ && pin_->pinned()) {
+  if (!copy_streams_.empty() && pin_->pinned()) {
     s += "; prefill batches of " + std::to_string(kStreamBatchMinTokens) +
          "+ tokens stream their CPU-homed experts over PCIe (" + std::to_string(staging_slots_) +
-         " staging slots)";
+         " staging slots in chunks of " + std::to_string(chunk_) + ", " +
+         std::to_string(copy_streams_.size()) + " copy stream" +
+         (copy_streams_.size() > 1 ? "s)" : ")");
   }
   if (!profile_path_.empty()) {
     s += "; routing profile " + profile_path_ +
@@ -685,7 +692,7 @@ void RoutedExpertsGpu::measure_split() {
 bool RoutedExpertsGpu::streams_batch(int64_t n) const {
   // Prefill: a batch of this size uses most of a layer's experts, which cross PCIe (55 GB/s on
   // the H200 host) far faster than the CPU computes them for so many tokens (~50 tokens/s).
-  return copy_stream_ && pin_->pinned() && n >= kStreamBatchMinTokens;
+  return !copy_streams_.empty() && pin_->pinned() && n >= kStreamBatchMinTokens;
 }
 
 unsigned char* RoutedExpertsGpu::staging_slot(int64_t k) const {
@@ -720,7 +727,7 @@ ResidentExpert RoutedExpertsGpu::streamed_view(int64_t l, int64_t k) const {
 void RoutedExpertsGpu::copy_chunk(int64_t l, int64_t c) {
   const auto n = static_cast<int64_t>(streamed_.size());
   const int64_t h = (layer_chunk0_ + c) % ring_;
-  cudaStream_t copy = copy_stream_->get();
+  cudaStream_t copy = copy_streams_[static_cast<size_t>(h) % copy_streams_.size()]->get();
   // The place is free once `stream` computed the chunk that held it (or a decode step used it).
   MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_free_[h]->get(), 0));
   // Runs of consecutive experts (streamed_ is in expert order) move in one copy per matrix.

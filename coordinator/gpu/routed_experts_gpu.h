@@ -181,7 +181,9 @@ class RoutedExpertsGpu {
   // Prefill batches of at least this many tokens stream their misses (llama.cpp offloads a
   // CPU-resident weight's product to the GPU from 32 tokens).
   static constexpr int64_t kStreamBatchMinTokens = 32;
-  std::unique_ptr<CudaStream> copy_stream_;
+  // Streams of the prefill chunks' copies (ring place h copies on h % size); the first also times
+  // the calibration's copies. Empty when nothing streams.
+  std::vector<std::unique_ptr<CudaStream>> copy_streams_;
   // The staging slots are a ring of ring_ chunks of chunk_ slots. Per chunk: its experts are in
   // VRAM / have been computed (and may be overwritten).
   int64_t chunk_ = 0, ring_ = 0;

@@ -28,6 +28,7 @@
 #include "coordinator/model/remote_expert_executor.h"
 #include "coordinator/tools/llama_cli_args.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/weight_prefetch.h"
 
 namespace {
 
@@ -191,6 +192,9 @@ int run(const Args& a) {
   if (const std::string st = model->runtime_stats(); !st.empty()) {
     std::fprintf(stderr, "moe-bench: %s\n", st.c_str());
   }
+  // In-process CPU GEMVs only: a moe-cpu-worker process measures its own.
+  std::fprintf(stderr, "moe-bench: CPU weight prefetch distance: %s\n",
+               moe::cpu::prefetch_summary().c_str());
   // Decode results against the physical bound (reference/performance.md §1, measured rates).
   if (const auto rt = model->expert_runtime()) {
     for (const Result& r : results) {

@@ -435,20 +435,26 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
                 kPlacements[placement].name, d.max, d.rms());
     EXPECT_LE(d.max, 1e-4);
   }
-  {
+  for (const int64_t streams : {1, 2, 3}) {
     // A ring of three chunks of two experts: each chunk's copy waits for the computation of the
-    // chunk three before it, across layers too.
+    // chunk three before it, across layers too; with several copy streams, chunks in flight on
+    // different streams complete in any order.
     GpuOptions opt = options(kPlacements[1]);
     opt.moe_staging_slots = 6;
     opt.moe_staging_chunk = 2;
+    opt.moe_copy_streams = streams;
     opt.moe_stream_share = 1.0;
     Qwen3MoeGpu ring(file, pool, nullptr, opt);
+    EXPECT_NE(ring.describe().find(std::to_string(streams) + " copy stream"), std::string::npos)
+        << ring.describe();
     const std::vector<float> got = prefill(ring);
     ASSERT_EQ(got.size(), want.size());
     Diff d;
     d.add(got.data(), want.data(), static_cast<int64_t>(want.size()));
-    std::printf("-cmoe, prefill streamed through a ring of 3 chunks vs resident: max %.3g\n",
-                d.max);
+    std::printf(
+        "-cmoe, prefill streamed through a ring of 3 chunks on %lld copy streams vs resident: "
+        "max %.3g\n",
+        static_cast<long long>(streams), d.max);
     EXPECT_LE(d.max, 1e-4);
   }
   GpuOptions odd = options(kPlacements[1]);
@@ -458,6 +464,9 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   uneven.moe_staging_slots = 4;
   uneven.moe_staging_chunk = 3;
   moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, uneven); }, "staging chunk");
+  GpuOptions no_streams = options(kPlacements[1]);
+  no_streams.moe_copy_streams = 0;
+  moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, no_streams); }, "copy streams");
 }
 
 // The CPU's share computed on the runner thread the GPU stream waits on gives the logits of the
