@@ -102,43 +102,39 @@ void fill_weights(GgmlType type, uint8_t* buf, size_t bytes, size_t row_bytes, i
   }
 }
 
-}  // namespace
-
 // Settles the process's weight prefetch distance (weight_prefetch.h) before anything is timed, on
 // the GEMVs a Q4_K_M model's experts make: one activation row over 64 MiB slices of Q4_K and Q6_K
-// weights, walked through the whole buffer so that every slice comes from DRAM.
+// weights (half of the buffer each), alternating the types and walking through the whole buffer
+// so that every slice comes from DRAM.
 void tune_prefetch(uint8_t* buf, size_t bytes, ThreadPool& pool, MatmulScratch& scratch, Isa isa) {
   constexpr int64_t kNIn = 2048;
   constexpr size_t kSlice = size_t{64} << 20;
   const size_t half = bytes / 2;
   const GgmlType types[2] = {GgmlType::Q4_K, GgmlType::Q6_K};
-  std::vector<WeightMatrix> slices;
+  std::vector<WeightMatrix> slices[2];
   for (int h = 0; h < 2; ++h) {
     const auto row_bytes = static_cast<size_t>(*moe::ggml_row_bytes(types[h], kNIn));
     uint8_t* base = buf + static_cast<size_t>(h) * half;
     const int64_t rows = static_cast<int64_t>(std::min(kSlice, half) / row_bytes);
     const size_t slice_bytes = static_cast<size_t>(rows) * row_bytes;
+    if (rows < 1) return;  // a buffer too small to tune on: the default stays
     fill_weights(types[h], base, half / slice_bytes * slice_bytes, row_bytes, kNIn);
     for (size_t off = 0; off + slice_bytes <= half; off += slice_bytes) {
-      slices.push_back(make_weight_matrix(types[h], base + off, kNIn, rows));
+      slices[h].push_back(make_weight_matrix(types[h], base + off, kNIn, rows));
     }
   }
   std::mt19937 rng(11);
   const auto x = moe::test::random_floats(kNIn, rng);
-  std::vector<float> y(static_cast<size_t>(slices.front().n_out));
-  // Alternate the two types' slices so that each distance is timed on both.
-  std::vector<size_t> order;
-  const size_t per_type = slices.size() / 2;
-  for (size_t i = 0; i < per_type; ++i) {
-    order.push_back(i);
-    order.push_back(per_type + i);
-  }
-  for (int i = 0; i < 1000 && !prefetch_tuned() && !order.empty(); ++i) {
-    const WeightMatrix& w = slices[order[static_cast<size_t>(i) % order.size()]];
+  std::vector<float> y;
+  for (size_t i = 0; i < 1000 && !prefetch_tuned(); ++i) {
+    const std::vector<WeightMatrix>& of_type = slices[i % 2];
+    const WeightMatrix& w = of_type[(i / 2) % of_type.size()];
     y.resize(static_cast<size_t>(w.n_out));
     matmul(w, x.data(), 1, y.data(), pool, scratch, isa);
   }
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Quantized GEMV weight bandwidth vs plain memory read bandwidth"};

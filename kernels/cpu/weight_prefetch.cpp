@@ -11,7 +11,7 @@ namespace moe::cpu {
 namespace detail {
 // Constant-initialised, so kernels called before any tuning (or from static initialisers) read
 // the default.
-std::atomic<uintptr_t> weight_prefetch_ahead{6144};
+std::atomic<uintptr_t> weight_prefetch_ahead{kDefaultPrefetchAhead};
 }  // namespace detail
 
 PrefetchTuner::PrefetchTuner(std::vector<uintptr_t> candidates, int samples)
@@ -87,10 +87,10 @@ std::string PrefetchTuner::summary() const {
 
 namespace {
 
-// 6144 first: the distance before tuning, measured best on the Zen 5 VM and the H200 host.
-// 16 timed calls each: a 30% difference shows through the first calls' page faults.
+// The default first (kept on ties), then the distance the development Xeon VM needed. 16 timed
+// calls each: a 30% difference shows through the first calls' page faults.
 struct ProcessTuning {
-  PrefetchTuner tuner{{6144, 2048}, 16};
+  PrefetchTuner tuner{{kDefaultPrefetchAhead, 2048}, 16};
   uintptr_t fixed = 0;  // MOE_PREFETCH_AHEAD, or 0
 
   ProcessTuning() {

@@ -19,6 +19,9 @@
 
 namespace moe::cpu {
 
+// The distance before (or without) a measurement: measured best on the Zen 5 VM and the H200 host.
+inline constexpr uintptr_t kDefaultPrefetchAhead = 6144;
+
 namespace detail {
 extern std::atomic<uintptr_t> weight_prefetch_ahead;
 }  // namespace detail
