@@ -78,8 +78,8 @@ void expect_batch_equals_matmuls(const std::vector<MatmulJob>& jobs,
 }
 
 // matmul_batch: many small products of mixed types in one dispatch, each bit-identical to
-// matmul() on its own (the CPU expert executor relies on that for decode), also when a job is
-// too large for a GEMV.
+// matmul() on its own (the CPU expert executor relies on that for decode and prefill), also when
+// jobs are too large for a GEMV.
 TEST(MatmulBatch, EqualsOneMatmulPerJob) {
   std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
   const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16};
@@ -107,16 +107,25 @@ TEST(MatmulBatch, EqualsOneMatmulPerJob) {
   ThreadPool pool(2);
   MatmulScratch scratch;
   expect_batch_equals_matmuls(jobs, ys, want, pool, scratch);
-  // A job with more rows than a GEMV takes sends every job through matmul().
-  std::vector<float> xl = test::random_floats(n_in * (kMaxActRows + 3), rng);
-  std::vector<float> yl(static_cast<size_t>((kMaxActRows + 3) * jobs[0].w.n_out), NAN);
-  std::vector<float> wl(yl.size(), NAN);
-  std::vector<MatmulJob> mixed = {jobs[1], {jobs[0].w, xl.data(), kMaxActRows + 3, yl.data()}};
-  std::fill(ys[1].begin(), ys[1].end(), NAN);
-  matmul_batch(mixed, pool, scratch, best_isa());
-  matmul(jobs[0].w, xl.data(), kMaxActRows + 3, wl.data(), pool, scratch, best_isa());
-  for (size_t i = 0; i < wl.size(); ++i) ASSERT_EQ(yl[i], wl[i]) << "element " << i;
-  for (size_t i = 0; i < want[1].size(); ++i) ASSERT_EQ(ys[1][i], want[1][i]) << "element " << i;
+  // GEMM jobs (more rows than a GEMV takes, a prefill's experts) go out in the same dispatch as
+  // GEMV jobs, over every job's weight blocks; two of them share one converted input, and the odd
+  // row counts leave partial chunks of activation rows.
+  std::vector<float> x11 = test::random_floats(n_in * 11, rng);
+  std::vector<float> x33 = test::random_floats(n_in * 33, rng);
+  std::vector<std::vector<float>> ym, wm;
+  const std::pair<size_t, const std::vector<float>*> gemms[] = {
+      {0, &x11}, {2, &x33}, {3, &x33}, {5, &x11}};
+  std::vector<MatmulJob> mixed = {jobs[1]};
+  ym.push_back(std::vector<float>(ys[1].size(), NAN));
+  wm.push_back(std::vector<float>(ys[1].size(), NAN));
+  for (const auto& [j, x] : gemms) {
+    const int64_t rows = static_cast<int64_t>(x->size()) / n_in;
+    ym.emplace_back(static_cast<size_t>(rows * jobs[j].w.n_out), NAN);
+    wm.emplace_back(ym.back().size(), NAN);
+    mixed.push_back({jobs[j].w, x->data(), rows, nullptr});
+  }
+  for (size_t i = 0; i < mixed.size(); ++i) mixed[i].y = ym[i].data();
+  expect_batch_equals_matmuls(mixed, ym, wm, pool, scratch);
   MatmulJob none = jobs[0];
   none.n_rows = 0;
   EXPECT_THROW(matmul_batch(std::span<const MatmulJob>(&none, 1), pool, scratch, best_isa()),

@@ -9,7 +9,6 @@
 #include "coordinator/model/model_config.h"
 #include "coordinator/model/tensor_table.h"
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/vec_dot.h"
 
 namespace moe::model {
 namespace {
@@ -72,15 +71,7 @@ void CpuExpertExecutor::run(int64_t layer, const float* x, int64_t n_tokens,
   }
   grow(item_out_, static_cast<size_t>(n_items * n_embd_));
 
-  int64_t max_count = 0;
-  for (int64_t e = 0; e < n_expert_; ++e) {
-    max_count = std::max<int64_t>(max_count, count_[static_cast<size_t>(e)]);
-  }
-  if (max_count <= cpu::kMaxActRows) {
-    run_small(experts, x, items);
-  } else {
-    run_grouped(experts, x, items);
-  }
+  run_batched(experts, x, items);
   // Weighted sum in item order, independent of how the items were grouped; a prefill batch's
   // sum is spread over the pool by columns, which keeps that order for every element.
   std::fill(out, out + n_tokens * n_embd_, 0.0f);
@@ -114,10 +105,11 @@ void CpuExpertExecutor::swiglu_rows(float* g, const float* u, int64_t rows) {
   });
 }
 
-void CpuExpertExecutor::run_small(const std::vector<ExpertWeights>& experts, const float* x,
-                                  std::span<const ExpertItem> items) {
-  // Decode: every expert has at most a GEMV's worth of rows, so all gate/up products go out in
-  // one dispatch of the pool and all down products in a second (instead of three per expert).
+void CpuExpertExecutor::run_batched(const std::vector<ExpertWeights>& experts, const float* x,
+                                    std::span<const ExpertItem> items) {
+  // All gate/up products go out in one dispatch of the pool and all down products in a second,
+  // instead of three per expert: a decode layer's experts are GEMVs too small to wake every
+  // thread for, and a prefill share's experts GEMMs of a few GEMM blocks each.
   const auto n_items = static_cast<int64_t>(items.size());
   grow(xg_, static_cast<size_t>(n_items * n_embd_));
   grow(g_, static_cast<size_t>(n_items * n_ff_));
@@ -158,33 +150,6 @@ void CpuExpertExecutor::run_small(const std::vector<ExpertWeights>& experts, con
   for (int64_t r = 0; r < n_items; ++r) {
     std::memcpy(item_out_.data() + order_[static_cast<size_t>(r)] * n_embd_,
                 xg_.data() + r * n_embd_, static_cast<size_t>(n_embd_) * sizeof(float));
-  }
-}
-
-void CpuExpertExecutor::run_grouped(const std::vector<ExpertWeights>& experts, const float* x,
-                                    std::span<const ExpertItem> items) {
-  for (int64_t e = 0; e < n_expert_; ++e) {
-    const int64_t begin = offset_[static_cast<size_t>(e)];
-    const int64_t cnt = offset_[static_cast<size_t>(e) + 1] - begin;
-    if (cnt == 0) continue;
-    const ExpertWeights& w = experts[static_cast<size_t>(e)];
-    grow(xg_, static_cast<size_t>(cnt * n_embd_));
-    grow(g_, static_cast<size_t>(cnt * n_ff_));
-    grow(u_, static_cast<size_t>(cnt * n_ff_));
-    for (int64_t r = 0; r < cnt; ++r) {
-      const ExpertItem& it = items[static_cast<size_t>(order_[static_cast<size_t>(begin + r)])];
-      std::memcpy(xg_.data() + r * n_embd_, x + it.token * n_embd_,
-                  static_cast<size_t>(n_embd_) * sizeof(float));
-    }
-    cpu::matmul(w.gate, xg_.data(), cnt, g_.data(), pool_, mm_scratch_, isa_);
-    cpu::matmul(w.up, xg_.data(), cnt, u_.data(), pool_, mm_scratch_, isa_);
-    swiglu_rows(g_.data(), u_.data(), cnt);
-    // The down projection lands in xg_ (free again), then each row goes to its item's slot.
-    cpu::matmul(w.down, g_.data(), cnt, xg_.data(), pool_, mm_scratch_, isa_);
-    for (int64_t r = 0; r < cnt; ++r) {
-      std::memcpy(item_out_.data() + order_[static_cast<size_t>(begin + r)] * n_embd_,
-                  xg_.data() + r * n_embd_, static_cast<size_t>(n_embd_) * sizeof(float));
-    }
   }
 }
 

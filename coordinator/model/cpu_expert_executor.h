@@ -26,11 +26,9 @@ class CpuExpertExecutor final : public ExpertExecutor {
   struct ExpertWeights {
     cpu::WeightMatrix gate, up, down;
   };
-  // Decode-sized batches (every expert <= kMaxActRows rows): two pool dispatches per layer.
-  void run_small(const std::vector<ExpertWeights>& experts, const float* x,
-                 std::span<const ExpertItem> items);
-  // Prefill: per expert, its weights read once for all of its rows.
-  void run_grouped(const std::vector<ExpertWeights>& experts, const float* x,
+  // Every expert's gate and up products in one pool dispatch, its down products in a second
+  // (decode: many GEMVs; prefill: GEMMs whose weights are read once for all of their rows).
+  void run_batched(const std::vector<ExpertWeights>& experts, const float* x,
                    std::span<const ExpertItem> items);
   // g = silu(g) * u over `rows` rows of n_ff, rows spread over the pool.
   void swiglu_rows(float* g, const float* u, int64_t rows);

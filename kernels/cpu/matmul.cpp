@@ -132,12 +132,6 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
   for (const MatmulJob& j : jobs) {
     if (j.n_rows < 1) throw Error("matmul_batch: " + std::to_string(j.n_rows) + " rows");
   }
-  if (std::any_of(jobs.begin(), jobs.end(),
-                  [](const MatmulJob& j) { return j.n_rows > kMaxActRows; })) {
-    // Prefill-sized jobs are GEMMs that fill the pool on their own.
-    for (const MatmulJob& j : jobs) matmul(j.w, j.x, j.n_rows, j.y, pool, scratch, isa);
-    return;
-  }
   std::vector<MatmulScratch::ActInput>& inputs = scratch.inputs_;
   std::vector<size_t>& input_of = scratch.input_of_;
   inputs.clear();
@@ -180,35 +174,52 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
     pool.parallel_for(static_cast<int64_t>(rows.size()), convert);
   }
 
+  // Tasks over every job's weight rows, all in one dispatch: a prefill's CPU share is many
+  // expert matrices of ~1 MiB, each too small to keep 16 threads busy as a matmul() of its own
+  // (a 768-row Q4_K gate is 7 GEMM blocks). GEMV jobs get tasks sized from the batch's bytes,
+  // GEMM jobs (more rows than a GEMV takes) blocks that stay in L2 while their rows pass.
   std::vector<MatmulScratch::BatchTask>& tasks = scratch.tasks_;
   tasks.clear();  // keeps its capacity: no allocation once the largest batch was seen
-  size_t total_bytes = 0;
-  for (const MatmulJob& j : jobs) total_bytes += j.w.row_bytes * static_cast<size_t>(j.w.n_out);
-  const size_t task_bytes = gemv_task_bytes(total_bytes, pool);
+  size_t gemv_bytes = 0;
+  for (const MatmulJob& j : jobs) {
+    if (j.n_rows <= kMaxActRows) gemv_bytes += j.w.row_bytes * static_cast<size_t>(j.w.n_out);
+  }
+  const size_t task_bytes = gemv_task_bytes(gemv_bytes, pool);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatmulJob& j = jobs[i];
-    const int64_t per_task = rows_per_task(j.w.row_bytes, task_bytes);
+    const int64_t per_task =
+        rows_per_task(j.w.row_bytes, j.n_rows <= kMaxActRows ? task_bytes : kGemmBlockBytes);
     for (int64_t o = 0; o < j.w.n_out; o += per_task) {
       tasks.push_back({i, o, std::min(j.w.n_out, o + per_task), inputs[input_of[i]].offset});
     }
   }
+  // Every output is the dot of the same weight row with the same chunk of at most kMaxActRows
+  // activation rows as in matmul(), so each job's bits equal matmul()'s.
+  auto run_task = [&](int64_t t, int) {
+    const MatmulScratch::BatchTask& task = tasks[static_cast<size_t>(t)];
+    const MatmulJob& j = jobs[task.job];
+    const VecDotFn dot = vec_dot_kernel(j.w.type, isa);
+    const size_t act_bytes = act_row_bytes(act_format_for(j.w.type), j.w.n_in);
+    const auto* wbytes = static_cast<const unsigned char*>(j.w.data);
+    float out[kMaxActRows];
+    for (int64_t r0 = 0; r0 < j.n_rows; r0 += kMaxActRows) {
+      const int n_act = static_cast<int>(std::min<int64_t>(kMaxActRows, j.n_rows - r0));
+      const unsigned char* a = act + task.act_offset + static_cast<size_t>(r0) * act_bytes;
+      for (int64_t o = task.o_begin; o < task.o_end; ++o) {
+        dot(j.w.n_in, wbytes + o * j.w.row_bytes, a, act_bytes, n_act, out);
+        for (int r = 0; r < n_act; ++r) j.y[(r0 + r) * j.w.n_out + o] = out[r];
+      }
+    }
+  };
+  const auto n_tasks = static_cast<int64_t>(tasks.size());
+  if (std::any_of(jobs.begin(), jobs.end(),
+                  [](const MatmulJob& j) { return j.n_rows > kMaxActRows; })) {
+    pool.parallel_for(n_tasks, run_task);  // a GEMM's weights come from L2: no prefetch trial
+    return;
+  }
   const bool single_row =
       std::all_of(jobs.begin(), jobs.end(), [](const MatmulJob& j) { return j.n_rows == 1; });
-  run_gemv(total_bytes, single_row, [&] {
-    pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
-      const MatmulScratch::BatchTask& task = tasks[static_cast<size_t>(t)];
-      const MatmulJob& j = jobs[task.job];
-      const VecDotFn dot = vec_dot_kernel(j.w.type, isa);
-      const size_t act_bytes = act_row_bytes(act_format_for(j.w.type), j.w.n_in);
-      const auto* wbytes = static_cast<const unsigned char*>(j.w.data);
-      float out[kMaxActRows];
-      for (int64_t o = task.o_begin; o < task.o_end; ++o) {
-        dot(j.w.n_in, wbytes + o * j.w.row_bytes, act + task.act_offset, act_bytes,
-            static_cast<int>(j.n_rows), out);
-        for (int64_t r = 0; r < j.n_rows; ++r) j.y[r * j.w.n_out + o] = out[r];
-      }
-    });
-  });
+  run_gemv(gemv_bytes, single_row, [&] { pool.parallel_for(n_tasks, run_task); });
 }
 
 }  // namespace moe::cpu

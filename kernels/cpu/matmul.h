@@ -69,10 +69,10 @@ class MatmulScratch {
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
             MatmulScratch& scratch, Isa isa);
 
-// Several independent GEMVs (each job 1..kMaxActRows rows) in one dispatch of the pool: a decode
-// step's experts are many small matrices, and one wake-up of every thread per matrix cost more
-// than the products. Jobs reading the same x share its conversion. When a job has more rows, every
-// job runs as its own matmul(). Each job's result is bit-identical to matmul() on it.
+// Several independent products in one dispatch of the pool: a decode step's experts are many
+// small GEMVs, and a prefill's CPU share many expert matrices too small to fill the pool one at a
+// time; one wake-up of every thread per matrix cost more than the products. Jobs reading the same
+// x share its conversion. Each job's result is bit-identical to matmul() on it.
 void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScratch& scratch,
                   Isa isa);
 
