@@ -66,6 +66,8 @@ class ExpertResidency {
   }
   // A forward of n tokens starts: the clock the routing scores decay with.
   void tick(int64_t n_tokens) { policy_.tick(n_tokens); }
+  // The LFRU score of (layer, expert) now: how much it was routed lately.
+  double score(int64_t layer, int64_t expert) const { return policy_.score(layer, expert); }
   uint64_t routed() const { return routed_; }
   // The profile: routing counts per (layer, expert), layer-major. set_counts() replaces it (a
   // profile saved by an earlier run); the sizes must match.

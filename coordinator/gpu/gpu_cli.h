@@ -9,6 +9,22 @@
 
 namespace moe::gpu {
 
+// A share in [0, 1], or "auto" as -1.
+inline double share_or_auto(const std::string& flag, const std::string& v) {
+  if (v == "auto") return -1;
+  size_t used = 0;
+  double f = -1;
+  try {
+    f = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || !(f >= 0 && f <= 1)) {
+    throw CLI::ValidationError(flag, "'" + v + "' is neither auto nor a number in [0, 1]");
+  }
+  return f;
+}
+
 inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
   app.add_option("--n-gpu-layers", o.n_gpu_layers,
                  "-ngl N: layers on the GPU (0: CPU only; >= the layer count: attention, norms, "
@@ -30,28 +46,20 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
       ->check(CLI::NonNegativeNumber);
   app.add_option_function<std::string>(
       "--moe-stream-share",
-      [&o](const std::string& v) {
-        if (v == "auto") {
-          o.moe_stream_share = -1;
-          return;
-        }
-        size_t used = 0;
-        double f = -1;
-        try {
-          f = std::stod(v, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used != v.size() || !(f >= 0 && f <= 1)) {
-          throw CLI::ValidationError("--moe-stream-share",
-                                     "'" + v + "' is neither auto nor a number in [0, 1]");
-        }
-        o.moe_stream_share = f;
-      },
+      [&o](const std::string& v) { o.moe_stream_share = share_or_auto("--moe-stream-share", v); },
       "share (0-1) of each decode layer's CPU-homed misses copied over PCIe and computed on "
       "the GPU while the CPU computes the rest, or auto: chosen from the CPU and PCIe rates "
       "measured as it runs (needs --no-mmap / -mmp 0; default 0: none; a fixed 0.25-0.35 "
       "measured best on a PCIe 5 host)");
+  app.add_option_function<std::string>(
+      "--moe-prefill-cpu-share",
+      [&o](const std::string& v) {
+        o.moe_prefill_cpu_share = share_or_auto("--moe-prefill-cpu-share", v);
+      },
+      "with --no-mmap / -mmp 0: share (0-1) of each prefill layer's streamed CPU-homed experts "
+      "that the CPU computes instead while the rest cross PCIe, or auto: balanced from both "
+      "sides' time per expert measured on the previous layers (default 0: all stream; the "
+      "CPU's share measured slower on the H200 host)");
   app.add_option_function<std::string>(
          "--moe-resident-profiler", [&o](const std::string& v) { o.moe_profiler_new = v == "new"; },
          "with --moe-stream-share auto: old (default) copies at least one decode miss per layer "

@@ -30,6 +30,12 @@ struct GpuOptions {
   // q = m * B_pcie / (B_pcie + B_cpu)); 0 (default): the CPU computes every miss; < 0
   // (--moe-stream-share auto): that rule with the CPU and PCIe rates measured as it runs.
   double moe_stream_share = 0.0;
+  // Prefill batches that stream their CPU-homed experts over PCIe: the share (0..1) of a layer's
+  // streamed experts that the CPU computes instead, at the same time (the least routed ones).
+  // 0 (default): none, the CPU idles (measured faster on the H200 host, docs/PERFORMANCE.md);
+  // < 0 (--moe-prefill-cpu-share auto): m * t_gpu / (t_gpu + t_cpu) of the m experts, with each
+  // side's time per expert measured on the previous prefill layers.
+  double moe_prefill_cpu_share = 0.0;
   // --moe-resident-profiler, for --moe-stream-share auto: "old" copies at least one miss per
   // decode layer visit (the fork's default), "new" none when the rates say the CPU alone is faster.
   bool moe_profiler_new = false;

@@ -46,6 +46,9 @@ uint64_t expert_bytes(const model::ExpertLayerTensors& t) {
   return t.gate.expert_bytes() + t.up.expert_bytes() + t.down.expert_bytes();
 }
 
+// A moving average over the last few layers: they differ little, but a busy machine can slow one.
+void average(double& avg, double sample) { avg = avg > 0 ? 0.75 * avg + 0.25 * sample : sample; }
+
 template <typename T>
 T* grow(std::vector<T>& v, int64_t n) {
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
@@ -117,8 +120,10 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
     save_profile();  // an unwritable path is an error now, not after the first tokens
   }
   staged_.assign(static_cast<size_t>(X), ResidentExpert{});
+  prefill_cpu_.assign(static_cast<size_t>(X), 0);
   if (streaming) {
     stream_share_ = opt.moe_stream_share;
+    prefill_cpu_share_ = opt.moe_prefill_cpu_share;
     pin_ = std::make_unique<HostModelPin>(f);
     if (stream_share_ < 0 && pin_->pinned()) {
       // Decode: up to kDeviceRoutingMaxTokens tokens' misses, at most a slot each.
@@ -254,11 +259,16 @@ bool RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const cuda::De
   if (gpu_timed_) {
     float ms = 0;
     if (cudaEventElapsedTime(&ms, gpu_t0_->get(), gpu_t1_->get()) == cudaSuccess) {
-      gpu_busy_us_ += static_cast<double>(ms) * 1000.0;
+      const double us = static_cast<double>(ms) * 1000.0;
+      gpu_busy_us_ += us;
+      if (gpu_prefill_timed_ > 0) {
+        average(prefill_gpu_us_per_expert_, us / static_cast<double>(gpu_prefill_timed_));
+      }
     } else {
       (void)cudaGetLastError();  // an error path: not counted
     }
     gpu_timed_ = false;
+    gpu_prefill_timed_ = 0;
   }
   model::route_batch(hl, n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(), rids_.data(),
                      rweights_.data());
@@ -350,6 +360,13 @@ std::string RoutedExpertsGpu::summary() const {
          " staging slots in chunks of " + std::to_string(chunk_) + ", " +
          std::to_string(copy_streams_.size()) + " copy stream" +
          (copy_streams_.size() > 1 ? "s)" : ")");
+    if (prefill_cpu_share_ < 0) {
+      s += ", the CPU computing a share balanced from the measured rates";
+    } else if (prefill_cpu_share_ > 0) {
+      char b[64];
+      std::snprintf(b, sizeof b, ", the CPU computing %.2f of them", prefill_cpu_share_);
+      s += b;
+    }
   }
   if (!profile_path_.empty()) {
     s += "; routing profile " + profile_path_ +
@@ -444,8 +461,10 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   }
   // The misses streamed over PCIe this step (decode) run on the GPU like resident experts.
   choose_staged(l, n);
-  // A prefill batch streams every miss through the staging slots instead (see streams_batch).
+  // A prefill batch streams its misses through the staging slots instead (see streams_batch),
+  // except those prefetch() left to the CPU.
   const bool stream_all = streams_batch(n);
+  if (stream_all && prefetched_layer_ != l) prefetch(l, n);
   // Split the items: experts with a VRAM copy (or streamed) run on the GPU, grouped by expert.
   cpu_items_.clear();
   group_of_.assign(static_cast<size_t>(n * K), -1);
@@ -459,7 +478,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     const bool resident =
         !staged_[static_cast<size_t>(e)].gate && residency_->find(l, e) != nullptr;
     if (resident && decode) ++stats_.decode_resident;
-    if (resident || stream_all || gpu_copy(l, e)) {
+    if (resident || gpu_copy(l, e) || (stream_all && !prefill_cpu_[static_cast<size_t>(e)])) {
       ++(resident ? stats_.resident : stats_.streamed);
       group_of_[static_cast<size_t>(i)] = e;
       ++count_[static_cast<size_t>(e)];
@@ -476,15 +495,16 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   if (!cpu_items_.empty()) {
     runner_->start(l, h_xn_.get<float>(), n, cpu_items_, h_cpu_out_.get<float>());
     cpu_timed_ = profiler_ && n <= kDeviceRoutingMaxTokens;
+    cpu_prefill_timed_ = stream_all ? prefill_cpu_n_ : 0;
   }
   copy_staged(l, stream);
 
-  if (total > 0) {
+  if (!stream_all) streamed_.clear();
+  // Streamed chunks are consumed (their ring places freed) even when the CPU got every item.
+  if (total > 0 || !streamed_.empty()) {
     // Groups: the experts with a VRAM copy that have rows, in expert order, then every expert
     // prefetch() streams (rows or not); streamed group k computes from staging slot
     // k % staging_slots_.
-    if (stream_all && prefetched_layer_ != l) prefetch(l, n);
-    if (!stream_all) streamed_.clear();
     int32_t n_resident = 0;
     for (int64_t e = 0; e < X; ++e) {
       if (count_[static_cast<size_t>(e)] > 0 && gpu_copy(l, static_cast<int32_t>(e))) ++n_resident;
@@ -588,6 +608,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     }
     MOE_CUDA_CHECK(cudaEventRecord(gpu_t1_->get(), stream));
     gpu_timed_ = true;
+    gpu_prefill_timed_ = stream_all ? static_cast<int64_t>(streamed_.size()) : 0;
   }
 
   // The CPU's share joins the GPU's once it is done.
@@ -652,14 +673,31 @@ std::string RoutedExpertsGpu::stats() const {
   std::snprintf(busy, sizeof busy, "; busy: CPU share %.1f ms, GPU experts of split layers %.1f ms",
                 cpu_busy_us_ / 1e3, gpu_busy_us_ / 1e3);
   s += busy;
+  if (prefill_cpu_experts_ > 0) {
+    char b[128];
+    std::snprintf(b, sizeof b, "; prefill: %llu streamed experts computed on the CPU instead",
+                  static_cast<unsigned long long>(prefill_cpu_experts_));
+    s += b;
+    if (prefill_cpu_us_per_expert_ > 0 && prefill_gpu_us_per_expert_ > 0) {
+      std::snprintf(b, sizeof b, " (last layers: CPU %.0f us, GPU %.0f us per expert)",
+                    prefill_cpu_us_per_expert_, prefill_gpu_us_per_expert_);
+      s += b;
+    }
+  }
   if (profiler_) s += "; " + profiler_->summary();
   return s;
 }
 
 void RoutedExpertsGpu::join_runner() {
   const bool had_job = runner_->pending();
+  const int64_t prefill_experts = cpu_prefill_timed_;
+  cpu_prefill_timed_ = 0;
   runner_->join();
-  if (had_job) cpu_busy_us_ += runner_->last_us();
+  if (!had_job) return;
+  cpu_busy_us_ += runner_->last_us();
+  if (prefill_experts > 0) {
+    average(prefill_cpu_us_per_expert_, runner_->last_us() / static_cast<double>(prefill_experts));
+  }
 }
 
 void RoutedExpertsGpu::finish() { join_runner(); }
@@ -700,15 +738,53 @@ unsigned char* RoutedExpertsGpu::staging_slot(int64_t k) const {
          static_cast<size_t>(k % staging_slots_) * residency_->slot_bytes();
 }
 
+int64_t RoutedExpertsGpu::prefill_cpu_count(int64_t m) const {
+  if (m == 0) return 0;
+  if (prefill_cpu_share_ >= 0) {
+    return std::min<int64_t>(m, std::llround(static_cast<double>(m) * prefill_cpu_share_));
+  }
+  // Until both sides have been timed, one expert gives the CPU's first measurement.
+  if (prefill_cpu_us_per_expert_ <= 0 || prefill_gpu_us_per_expert_ <= 0) return 1;
+  // The split that ends both sides of a layer together (FreeToken's q = m * B_gpu / (B_gpu +
+  // B_cpu), in times per expert). The GPU's time per streamed expert is what the layers took with
+  // the CPU busy beside them, copies waited for included, so a CPU that slows the link or the
+  // thread driving the GPU gets fewer experts.
+  const double g = prefill_gpu_us_per_expert_, c = prefill_cpu_us_per_expert_;
+  return std::min<int64_t>(m, static_cast<int64_t>(static_cast<double>(m) * g / (g + c)));
+}
+
 void RoutedExpertsGpu::prefetch(int64_t l, int64_t n) {
   prefetched_layer_ = -1;
+  std::fill(prefill_cpu_.begin(), prefill_cpu_.end(), 0);
+  prefill_cpu_n_ = 0;
   if (!streams_batch(n)) return;
-  // Every expert without a VRAM copy, in expert order: a batch this size routes to nearly all of
-  // them (512 tokens miss one of 128 experts with probability (1 - 8/128)^512), and copying
-  // before routing is known lets the copies overlap the layer's attention.
-  streamed_.clear();
+  // Every expert without a VRAM copy: a batch this size routes to nearly all of them (512 tokens
+  // miss one of 128 experts with probability (1 - 8/128)^512), and copying before routing is
+  // known lets the copies overlap the layer's attention.
+  std::vector<int32_t>& cand = prefill_candidates_;
+  cand.clear();
   for (int64_t e = 0; e < cfg_.n_expert; ++e) {
-    if (!residency_->find(l, e)) streamed_.push_back(static_cast<int32_t>(e));
+    if (!residency_->find(l, e)) cand.push_back(static_cast<int32_t>(e));
+  }
+  // The CPU takes the least routed of them lately: its time grows with an expert's tokens, a
+  // copy's does not.
+  const int64_t c = prefill_cpu_count(static_cast<int64_t>(cand.size()));
+  prefill_cpu_n_ = c;
+  if (c > 0) {
+    std::vector<int32_t> coldest = cand;
+    std::partial_sort(coldest.begin(), coldest.begin() + c, coldest.end(),
+                      [&](int32_t a, int32_t b) {
+                        const double sa = residency_->score(l, a), sb = residency_->score(l, b);
+                        return sa != sb ? sa < sb : a < b;
+                      });
+    for (int64_t i = 0; i < c; ++i)
+      prefill_cpu_[static_cast<size_t>(coldest[static_cast<size_t>(i)])] = 1;
+    prefill_cpu_experts_ += static_cast<uint64_t>(c);
+  }
+  // The rest stream, in expert order (runs of consecutive experts move in one copy).
+  streamed_.clear();
+  for (int32_t e : cand) {
+    if (!prefill_cpu_[static_cast<size_t>(e)]) streamed_.push_back(e);
   }
   prefetched_layer_ = l;
   layer_chunk0_ = chunk_seq_;

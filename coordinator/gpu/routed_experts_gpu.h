@@ -122,6 +122,9 @@ class RoutedExpertsGpu {
   // slots (staged_); copy_staged() enqueues their copies.
   void choose_staged(int64_t layer, int64_t n);
   void copy_staged(int64_t layer, cudaStream_t stream);
+  // How many of a prefill layer's m CPU-homed experts without a VRAM copy the CPU computes while
+  // the others stream (--moe-prefill-cpu-share).
+  int64_t prefill_cpu_count(int64_t m) const;
   // Whether a batch of n tokens streams every CPU-homed expert it uses to the GPU.
   bool streams_batch(int64_t n) const;
   unsigned char* staging_slot(int64_t k) const;
@@ -192,6 +195,19 @@ class RoutedExpertsGpu {
   // Chunks are numbered across layers; chunk s uses ring place s % ring_. layer_chunk0_: this
   // layer's first.
   int64_t chunk_seq_ = 0, layer_chunk0_ = 0;
+  // Prefill: the share of a layer's streamed experts the CPU computes instead (< 0: auto), which
+  // of the prefetched layer's experts those are (by expert) and how many.
+  double prefill_cpu_share_ = 0;
+  std::vector<char> prefill_cpu_;
+  std::vector<int32_t> prefill_candidates_;
+  int64_t prefill_cpu_n_ = 0;
+  // Auto: moving averages of the time per expert of each side in the prefill layers run so far,
+  // as that layer saw it: the CPU job over its experts, and the GPU's expert window (copies waited
+  // for and kernels, device events) over the streamed experts; 0 until measured.
+  double prefill_cpu_us_per_expert_ = 0, prefill_gpu_us_per_expert_ = 0;
+  int64_t cpu_prefill_timed_ = 0;     // experts of the runner's last job, when a prefill layer's
+  int64_t gpu_prefill_timed_ = 0;     // streamed experts of the last timed GPU window, likewise
+  uint64_t prefill_cpu_experts_ = 0;  // experts computed on the CPU instead of streamed, in all
   // Decode misses copied per layer visit, from measured rates (when no fixed share is given).
   std::unique_ptr<model::MissSplitProfiler> profiler_;
   // Device events around a decode layer's copies, and how many experts they timed (0: none).

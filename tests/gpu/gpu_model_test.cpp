@@ -423,7 +423,8 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   for (const int placement : {1, 2}) {  // -cmoe without a pool; -ncmoe 2 with a 1 MiB pool
     GpuOptions opt = options(kPlacements[placement]);
     opt.moe_staging_slots = 4;
-    opt.moe_stream_share = 1.0;  // decode computes every miss from the slots too
+    opt.moe_stream_share = 1.0;       // decode computes every miss from the slots too
+    opt.moe_prefill_cpu_share = 0.0;  // the prefill streams every CPU-homed expert
     Qwen3MoeGpu streamed(file, pool, nullptr, opt);
     EXPECT_NE(streamed.describe().find("prefill batches"), std::string::npos)
         << streamed.describe();
@@ -444,6 +445,7 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
     opt.moe_staging_chunk = 2;
     opt.moe_copy_streams = streams;
     opt.moe_stream_share = 1.0;
+    opt.moe_prefill_cpu_share = 0.0;
     Qwen3MoeGpu ring(file, pool, nullptr, opt);
     EXPECT_NE(ring.describe().find(std::to_string(streams) + " copy stream"), std::string::npos)
         << ring.describe();
@@ -467,6 +469,50 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   GpuOptions no_streams = options(kPlacements[1]);
   no_streams.moe_copy_streams = 0;
   moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, no_streams); }, "copy streams");
+}
+
+// A streamed prefill whose CPU computes a share of each layer's CPU-homed experts (a fixed share,
+// every one, or the share balanced from measured times) stays within the golden bounds, against
+// the goldens and the CPU path, with llama.cpp's routing forced (the golden prompts are 40 and 48
+// tokens: they stream); the CPU's activations are quantized where the GPU's are not. A ring of
+// small chunks is still consumed when the CPU takes every routed item of a layer.
+TEST(GpuModel, PrefillCpuShareMatchesGoldens) {
+  REQUIRE_GPU();
+  const std::string q = any_model();
+  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  moe::cpu::ThreadPool pool(2);
+  auto cpu = create_model_arch(file, pool);
+  const bool f16 = q == "F16";
+  const double tol_max = f16 ? 0.05 : 0.6, tol_rms = f16 ? 0.01 : 0.1;
+  for (const char* prompt : {"raw", "chat"}) {
+    const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / prompt;
+    const std::vector<float> gold = golden_rows(dir);
+    const std::vector<float> ref = run_forced(*cpu, dir, KvType::F32);
+    for (const double share : {0.5, 1.0, -1.0}) {
+      SCOPED_TRACE(std::string(prompt) + ", prefill CPU share " + std::to_string(share));
+      GpuOptions opt = options(kPlacements[1]);  // -cmoe, no pool
+      opt.moe_staging_slots = 8;
+      opt.moe_staging_chunk = 2;
+      opt.moe_prefill_cpu_share = share;
+      Qwen3MoeGpu split(file, pool, nullptr, opt);
+      const std::vector<float> got = run_forced(split, dir, KvType::F32);
+      ASSERT_EQ(got.size(), gold.size());
+      Diff vs_gold, vs_cpu;
+      vs_gold.add(got.data(), gold.data(), static_cast<int64_t>(got.size()));
+      vs_cpu.add(got.data(), ref.data(), static_cast<int64_t>(got.size()));
+      const std::string st = split.runtime_stats();
+      std::printf(
+          "%s, prefill CPU share %.1f: vs golden max %.4f rms %.5f | vs CPU max %.4f rms "
+          "%.5f; %s\n",
+          prompt, share, vs_gold.max, vs_gold.rms(), vs_cpu.max, vs_cpu.rms(), st.c_str());
+      EXPECT_LE(vs_gold.max, tol_max);
+      EXPECT_LE(vs_gold.rms(), tol_rms);
+      EXPECT_LE(vs_cpu.max, tol_max);
+      EXPECT_LE(vs_cpu.rms(), tol_rms);
+      // Every mode gives the CPU experts: auto starts with one to time it.
+      EXPECT_NE(st.find("computed on the CPU instead"), std::string::npos) << st;
+    }
+  }
 }
 
 // The CPU's share computed on the runner thread the GPU stream waits on gives the logits of the

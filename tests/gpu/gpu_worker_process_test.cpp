@@ -76,7 +76,8 @@ TEST(GpuWorkerProcess, MatchesInProcessBitForBit) {
                              {"-ncmoe 2, 1 MiB pool", options(kPlacements[2])}};
   GpuOptions streamed = options(kPlacements[1]);  // -cmoe: prefill streams through 4 slots
   streamed.moe_staging_slots = 4;
-  streamed.moe_stream_share = 0.5;  // and decode copies half its misses
+  streamed.moe_stream_share = 0.5;        // and decode copies half its misses
+  streamed.moe_prefill_cpu_share = 0.25;  // a fixed share: auto's choice follows timings
   cases.push_back({"-cmoe, streamed prefill and misses", streamed});
   for (const Case& c : cases) {
     Qwen3MoeGpu local(file, pool, nullptr, c.opt);

@@ -268,6 +268,8 @@ TEST(Qwen35Gpu, FusedGateUpExpertsGiveIdenticalLogits) {
     GpuOptions o = options(kPlacements[1]);  // -cmoe, no pool
     o.moe_staging_slots = 6;
     o.moe_staging_chunk = 2;
+    o.moe_prefill_cpu_share = 0.5;  // the CPU's share reads the fused tensor too (fixed: auto
+                                    // follows timings)
     std::vector<int32_t> batch;
     for (int32_t i = 0; i < 40; ++i) batch.push_back(10 + 3 * i);
     const auto prefill = [&](const moe::gguf::GgufFile& f) {

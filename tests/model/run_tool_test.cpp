@@ -191,7 +191,8 @@ TEST(RunTool, UsageAndValueErrors) {
   // GPU placement flags without -ngl would silently do nothing: refused with the reason.
   for (const char* flag :
        {"-cmoe", "--vram-budget-mib 6144", "--moe-profile /tmp/unused-profile.json",
-        "--moe-stream-share auto", "--moe-resident-grouping layout", "--recalibrate"}) {
+        "--moe-stream-share auto", "--moe-prefill-cpu-share 0.5", "--moe-resident-grouping layout",
+        "--recalibrate"}) {
     p = run(moe_run() + " -p hi -n 1 " + flag, true);
     EXPECT_EQ(p.rc, 1) << flag << ": " << p.out;
     EXPECT_NE(p.out.find("need -ngl"), std::string::npos) << flag << ": " << p.out;
@@ -202,6 +203,9 @@ TEST(RunTool, UsageAndValueErrors) {
     EXPECT_EQ(p.rc, 2) << bad << ": " << p.out;
     EXPECT_NE(p.out.find("neither auto nor a number in [0, 1]"), std::string::npos) << p.out;
   }
+  p = run(moe_run() + " -p hi -n 1 --moe-prefill-cpu-share 2", true);
+  EXPECT_EQ(p.rc, 2) << p.out;
+  EXPECT_NE(p.out.find("--moe-prefill-cpu-share"), std::string::npos) << p.out;
   p = run(moe_run() + " -p hi -n 1 --moe-resident-profiler newest", true);
   EXPECT_EQ(p.rc, 2) << p.out;
   EXPECT_NE(p.out.find("--moe-resident-profiler"), std::string::npos) << p.out;
