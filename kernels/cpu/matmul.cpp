@@ -72,56 +72,8 @@ void* MatmulScratch::reserve(size_t bytes) {
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
             MatmulScratch& scratch, Isa isa) {
   if (n_rows <= 0) return;
-  const VecDotFn dot = vec_dot_kernel(w.type, isa);
-  if (!dot) {
-    throw Error("matmul: no kernel for " + ggml_type_label(static_cast<uint32_t>(w.type)));
-  }
-  const ActFormat fmt = act_format_for(w.type);
-  const size_t act_bytes = act_row_bytes(fmt, w.n_in);
-  auto* act = static_cast<unsigned char*>(scratch.reserve(act_bytes * static_cast<size_t>(n_rows)));
-  const auto* wbytes = static_cast<const unsigned char*>(w.data);
-
-  if (n_rows <= kMaxActRows) {
-    for (int64_t r = 0; r < n_rows; ++r) {
-      quantize_act_row(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in, isa);
-    }
-    // GEMV: each weight row is read once and dotted with every activation row.
-    const size_t weight_bytes = w.row_bytes * static_cast<size_t>(w.n_out);
-    const int64_t per_task = rows_per_task(w.row_bytes, gemv_task_bytes(weight_bytes, pool));
-    const int64_t n_tasks = (w.n_out + per_task - 1) / per_task;
-    run_gemv(weight_bytes, n_rows == 1, [&] {
-      pool.parallel_for(n_tasks, [&](int64_t task, int) {
-        const int64_t o_end = std::min(w.n_out, (task + 1) * per_task);
-        float out[kMaxActRows];
-        for (int64_t o = task * per_task; o < o_end; ++o) {
-          dot(w.n_in, wbytes + o * w.row_bytes, act, act_bytes, static_cast<int>(n_rows), out);
-          for (int64_t r = 0; r < n_rows; ++r) y[r * w.n_out + o] = out[r];
-        }
-      });
-    });
-    return;
-  }
-
-  pool.parallel_for(n_rows, [&](int64_t r, int) {
-    quantize_act_row(fmt, x + r * w.n_in, act + r * act_bytes, w.n_in, isa);
-  });
-  // GEMM: a block of weight rows stays in cache while all activation chunks of up to
-  // kMaxActRows rows pass over it, so weights come from DRAM once per batch.
-  const int64_t per_task = rows_per_task(w.row_bytes, kGemmBlockBytes);
-  const int64_t n_tasks = (w.n_out + per_task - 1) / per_task;
-  pool.parallel_for(n_tasks, [&](int64_t task, int) {
-    const int64_t o_begin = task * per_task;
-    const int64_t o_end = std::min(w.n_out, o_begin + per_task);
-    float out[kMaxActRows];
-    for (int64_t r0 = 0; r0 < n_rows; r0 += kMaxActRows) {
-      const int n_act = static_cast<int>(std::min<int64_t>(kMaxActRows, n_rows - r0));
-      const unsigned char* a = act + r0 * act_bytes;
-      for (int64_t o = o_begin; o < o_end; ++o) {
-        dot(w.n_in, wbytes + o * w.row_bytes, a, act_bytes, n_act, out);
-        for (int r = 0; r < n_act; ++r) y[(r0 + r) * w.n_out + o] = out[r];
-      }
-    }
-  });
+  const MatmulJob job{w, x, n_rows, y};
+  matmul_batch(std::span<const MatmulJob>(&job, 1), pool, scratch, isa);
 }
 
 void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScratch& scratch,
