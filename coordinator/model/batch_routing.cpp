@@ -1,5 +1,6 @@
 #include "coordinator/model/batch_routing.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/error.h"
@@ -19,8 +20,21 @@ void check_tokens(std::span<const int32_t> tokens, int64_t n_vocab) {
 
 void route_batch(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, int64_t layer,
                  int64_t pos0, const ForwardHooks* hooks, int32_t* forced, float* probs,
-                 int32_t* ids, float* weights) {
+                 int32_t* ids, float* weights, cpu::ThreadPool* pool) {
   const bool hooked = hooks && hooks->force_experts;
+  // Tokens route independently; a prefill batch's routing is worth spreading over the pool (the
+  // hook and its `forced` scratch are for one thread).
+  constexpr int64_t kTokensPerTask = 32;
+  if (pool && !hooked && pool->size() > 1 && n_tokens >= 2 * kTokensPerTask) {
+    pool->parallel_for((n_tokens + kTokensPerTask - 1) / kTokensPerTask, [&](int64_t task, int) {
+      const int64_t end = std::min(n_tokens, (task + 1) * kTokensPerTask);
+      for (int64_t i = task * kTokensPerTask; i < end; ++i) {
+        route_token(logits + i * n_expert, n_expert, k, nullptr, probs + i * n_expert, ids + i * k,
+                    weights + i * k);
+      }
+    });
+    return;
+  }
   for (int64_t i = 0; i < n_tokens; ++i) {
     const bool force = hooked && hooks->force_experts(layer, pos0 + i, forced);
     route_token(logits + i * n_expert, n_expert, k, force ? forced : nullptr, probs + i * n_expert,

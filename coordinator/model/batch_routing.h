@@ -6,6 +6,7 @@
 #include <span>
 
 #include "coordinator/model/model_arch.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace moe::model {
 
@@ -15,9 +16,10 @@ void check_tokens(std::span<const int32_t> tokens, int64_t n_vocab);
 // route_token for rows 0..n_tokens-1 of `logits` ([n_tokens, n_expert]); row i is the token at
 // position pos0 + i, and hooks->force_experts (when set) may choose its experts instead.
 // `forced` is scratch for k ids. probs [n_tokens, n_expert], ids and weights [n_tokens, k].
+// With `pool` (idle) and no force_experts hook, the tokens are routed on the pool's threads.
 void route_batch(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, int64_t layer,
                  int64_t pos0, const ForwardHooks* hooks, int32_t* forced, float* probs,
-                 int32_t* ids, float* weights);
+                 int32_t* ids, float* weights, cpu::ThreadPool* pool = nullptr);
 
 // The LayerTrace of a routed batch (attn_residual left null).
 LayerTrace layer_trace(const ModelConfig& cfg, int64_t layer, int64_t pos0, int64_t n_tokens,

@@ -191,7 +191,7 @@ void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const Fo
   // The router runs in f32 (F32 weights take F32 activations).
   cpu::matmul(L.router, xn_.data(), n, rlogits_.data(), pool_, mm_, isa_);
   route_batch(rlogits_.data(), n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(),
-              rids_.data(), rweights_.data());
+              rids_.data(), rweights_.data(), &pool_);
   for (int64_t i = 0; i < n * K; ++i) {
     const auto ii = static_cast<size_t>(i);
     items_[ii] = {static_cast<int32_t>(i / K), rids_[ii], rweights_[ii]};

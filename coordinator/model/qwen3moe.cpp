@@ -125,7 +125,7 @@ void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMo
     rmsnorm_rows(x_.data(), L.ffn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
     cpu::matmul(L.router, xn_.data(), n, rlogits_.data(), pool_, mm_, isa_);
     route_batch(rlogits_.data(), n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(),
-                rids_.data(), rweights_.data());
+                rids_.data(), rweights_.data(), &pool_);
     for (int64_t i = 0; i < n * K; ++i) {
       const auto ii = static_cast<size_t>(i);
       items_[ii] = {static_cast<int32_t>(i / K), rids_[ii], rweights_[ii]};

@@ -30,13 +30,21 @@ void route_token(const float* logits, int64_t n_expert, int64_t k, const int32_t
     }
   } else {
     // k passes of an arg-max: k and n_expert are small (8 of 128), and ties go to the lower id.
+    // Chosen experts are marked a bit each instead of searched for among ids: with the search, a
+    // 512-token batch took 1.5 ms to route, on the host thread a GPU prefill waits for.
+    constexpr int64_t kMaskWords = 8;  // up to 512 experts; more use the search
+    uint64_t taken[kMaskWords] = {};
+    const bool masked = n_expert <= 64 * kMaskWords;
     for (int64_t j = 0; j < k; ++j) {
       int32_t best = -1;
       for (int64_t e = 0; e < n_expert; ++e) {
-        if (std::find(ids, ids + j, static_cast<int32_t>(e)) != ids + j) continue;
+        const bool chosen = masked ? ((taken[e >> 6] >> (e & 63)) & 1) != 0
+                                   : std::find(ids, ids + j, static_cast<int32_t>(e)) != ids + j;
+        if (chosen) continue;
         if (best < 0 || probs[e] > probs[best]) best = static_cast<int32_t>(e);
       }
       ids[j] = best;
+      if (masked && best >= 0) taken[best >> 6] |= uint64_t{1} << (best & 63);
     }
   }
   float wsum = 0;
