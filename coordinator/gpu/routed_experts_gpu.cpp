@@ -1,6 +1,7 @@
 #include "coordinator/gpu/routed_experts_gpu.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -61,7 +62,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
                                    const model::ModelConfig& cfg, cpu::ThreadPool& pool,
                                    std::unique_ptr<model::ExpertExecutor> cpu_experts,
                                    const GpuOptions& opt, uint64_t other_bytes)
-    : budget_(budget), exec_(exec), cfg_(cfg) {
+    : budget_(budget), exec_(exec), pool_(pool), cfg_(cfg) {
   const int64_t E = cfg.n_embd, X = cfg.n_expert, F = cfg.n_ff_exp;
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     tensors_.push_back(model::require_expert_tensors(f, l, E, F, X));
@@ -149,6 +150,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   }
   gpu_t0_ = std::make_unique<CudaEvent>(/*timing=*/true);
   gpu_t1_ = std::make_unique<CudaEvent>(/*timing=*/true);
+  for (auto& e : route_t0_) e = std::make_unique<CudaEvent>(/*timing=*/true);
   cpu_experts_ = cpu_experts ? std::move(cpu_experts) : model::cpu_experts_for(f, pool);
   runner_ =
       std::make_unique<CpuShareRunner>(*cpu_experts_, cpu_homed && !opt.moe_cpu_sync, kGpuPoolSpin);
@@ -254,13 +256,20 @@ bool RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const cuda::De
     MOE_CUDA_CHECK(cudaMemcpyAsync(h_xn_.get(), xn, static_cast<size_t>(n * E) * 4,
                                    cudaMemcpyDeviceToHost, stream));
   }
+  route_cur_ ^= 1;
+  MOE_CUDA_CHECK(cudaEventRecord(route_t0_[route_cur_]->get(), stream));
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (profiler_) measure_split();
   if (gpu_timed_) {
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, gpu_t0_->get(), gpu_t1_->get()) == cudaSuccess) {
+    // The last split layer's: its expert window, and its host round trip (recorded by the run()
+    // before this one).
+    float ms = 0, wait_ms = 0;
+    if (cudaEventElapsedTime(&ms, gpu_t0_->get(), gpu_t1_->get()) == cudaSuccess &&
+        cudaEventElapsedTime(&wait_ms, route_t0_[route_cur_ ^ 1]->get(), gpu_t0_->get()) ==
+            cudaSuccess) {
       const double us = static_cast<double>(ms) * 1000.0;
       gpu_busy_us_ += us;
+      route_wait_us_ += static_cast<double>(wait_ms) * 1000.0;
       if (gpu_prefill_timed_ > 0) {
         average(prefill_gpu_us_per_expert_, us / static_cast<double>(gpu_prefill_timed_));
       }
@@ -270,9 +279,12 @@ bool RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const cuda::De
     gpu_timed_ = false;
     gpu_prefill_timed_ = 0;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   model::route_batch(hl, n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(), rids_.data(),
-                     rweights_.data());
+                     rweights_.data(), &pool_);
   run_split(l, n, xn, out, stream);
+  route_host_us_ +=
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   return false;
 }
 
@@ -669,9 +681,11 @@ std::string RoutedExpertsGpu::stats() const {
     s += "; " + std::to_string(stats_.admitted) + " copied experts admitted into the pool (" +
          std::to_string(residency_->evictions()) + " evictions)";
   }
-  char busy[96];
-  std::snprintf(busy, sizeof busy, "; busy: CPU share %.1f ms, GPU experts of split layers %.1f ms",
-                cpu_busy_us_ / 1e3, gpu_busy_us_ / 1e3);
+  char busy[160];
+  std::snprintf(busy, sizeof busy,
+                "; busy: CPU share %.1f ms, GPU experts of split layers %.1f ms; the GPU waited "
+                "%.1f ms for host routing (host work %.1f ms)",
+                cpu_busy_us_ / 1e3, gpu_busy_us_ / 1e3, route_wait_us_ / 1e3, route_host_us_ / 1e3);
   s += busy;
   if (prefill_cpu_experts_ > 0) {
     char b[128];

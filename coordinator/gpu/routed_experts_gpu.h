@@ -144,7 +144,8 @@ class RoutedExpertsGpu {
 
   VramBudget& budget_;
   GpuExecutor& exec_;
-  KernelBatch batch_;  // expert launches recorded, not yet submitted
+  cpu::ThreadPool& pool_;  // the CPU share's, idle while a layer is routed
+  KernelBatch batch_;      // expert launches recorded, not yet submitted
   const model::ModelConfig& cfg_;
   std::vector<model::ExpertLayerTensors> tensors_;
   std::unique_ptr<ExpertResidency> residency_;
@@ -219,6 +220,13 @@ class RoutedExpertsGpu {
   double cpu_busy_us_ = 0, gpu_busy_us_ = 0;
   std::unique_ptr<CudaEvent> gpu_t0_, gpu_t1_;
   bool gpu_timed_ = false;
+  // Device events where the stream reaches a host-routed layer's round trip (the router logits
+  // copied back, the host routing), alternating between layers: with the next gpu_t0_ they time
+  // how long the GPU waited for the host's expert lists.
+  std::unique_ptr<CudaEvent> route_t0_[2];
+  int route_cur_ = 0;
+  double route_wait_us_ = 0;
+  double route_host_us_ = 0;       // the host's part of it: routing and the expert lists
   model::MachineCalibration cal_;  // the machine's measured rates (calibrate())
   bool cal_cached_ = false;        // cal_ came from the cache file, not measured this start
   int cal_threads_ = 0;            // the CPU pool's threads the split uses
