@@ -143,7 +143,8 @@ void RoutedExpertsGpu::measure_gpu_rates(int64_t l) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (float& v : x) v = nd(rng);
-  float* dx = d_cpu_out_.as<float>();
+  const VramBuffer x_buf = budget_.allocate(x.size() * 4, VramUse::Scratch, "calibration input");
+  float* dx = x_buf.as<float>();
   MOE_CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
   std::vector<const void*> ptrs(static_cast<size_t>(3 * K));
   // dr_.x_rows maps item i to token i / K: the first K items all read row 0, as wanted here.

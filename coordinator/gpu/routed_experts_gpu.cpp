@@ -17,6 +17,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/expert_lists.h"
 #include "kernels/cuda/expert_matmul.h"
+#include "kernels/cuda/host_read.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
@@ -200,7 +201,6 @@ void RoutedExpertsGpu::reserve(int64_t n) {
   const auto K = static_cast<size_t>(cfg_.n_expert_used);
   const auto F = static_cast<size_t>(cfg_.n_ff_exp);
   const auto X = static_cast<size_t>(cfg_.n_expert);
-  scratch(d_cpu_out_, N * E, "scratch cpu out");
   scratch(d_g_, N * K * F, "scratch gate");
   scratch(d_u_, N * K * F, "scratch up");
   scratch(d_h_, N * K * F, "scratch swiglu");
@@ -572,7 +572,8 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
     auto dev = [&](const void* host_ptr) {
       return dbase + (static_cast<const unsigned char*>(host_ptr) - hbase);
     };
-    MOE_CUDA_CHECK(cudaMemcpyAsync(dbase, hbase, w.size(), cudaMemcpyHostToDevice, stream));
+    // Through the SMs: a copy-engine transfer would queue behind the prefill's chunk copies.
+    cuda::copy_from_host(dbase, hbase, w.size(), stream);
 
     const model::ExpertLayerTensors& et = tensors_[static_cast<size_t>(l)];
     const auto* d_off = reinterpret_cast<const int32_t*>(dev(offsets));
@@ -626,9 +627,8 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   // The CPU's share joins the GPU's once it is done.
   if (!cpu_items_.empty()) {
     runner_->enqueue_wait(stream);
-    MOE_CUDA_CHECK(cudaMemcpyAsync(d_cpu_out_.get(), h_cpu_out_.get(),
-                                   static_cast<size_t>(n * E) * 4, cudaMemcpyHostToDevice, stream));
-    cuda::add_inplace(out, d_cpu_out_.as<float>(), n * E, stream);
+    // Read from pinned memory by the SMs, for the same reason as the expert lists.
+    cuda::add_from_host(out, h_cpu_out_.get<float>(), n * E, stream);
   }
 }
 
@@ -763,8 +763,10 @@ int64_t RoutedExpertsGpu::prefill_cpu_count(int64_t m) const {
   // B_cpu), in times per expert). The GPU's time per streamed expert is what the layers took with
   // the CPU busy beside them, copies waited for included, so a CPU that slows the link or the
   // thread driving the GPU gets fewer experts.
+  // At least one expert, so a slow first measurement (a cold CPU) is measured again and not
+  // kept for good.
   const double g = prefill_gpu_us_per_expert_, c = prefill_cpu_us_per_expert_;
-  return std::min<int64_t>(m, static_cast<int64_t>(static_cast<double>(m) * g / (g + c)));
+  return std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(m) * g / (g + c)), 1, m);
 }
 
 void RoutedExpertsGpu::prefetch(int64_t l, int64_t n) {

@@ -152,7 +152,7 @@ class RoutedExpertsGpu {
   std::unique_ptr<model::ExpertExecutor> cpu_experts_;
 
   int64_t reserved_ = 0;
-  VramBuffer d_cpu_out_, d_g_, d_u_, d_h_, d_y_, d_meta_;
+  VramBuffer d_g_, d_u_, d_h_, d_y_, d_meta_;
   // Decode with every expert of the layer in VRAM routes on the device.
   static constexpr int64_t kDeviceRoutingMaxTokens = 4;
   struct DeviceRouting {
