@@ -32,10 +32,11 @@ struct GpuOptions {
   double moe_stream_share = 0.0;
   // Prefill batches that stream their CPU-homed experts over PCIe: the share (0..1) of a layer's
   // streamed experts that the CPU computes instead, at the same time (the least routed ones).
-  // 0 (default): none, the CPU idles (measured faster on the H200 host, docs/PERFORMANCE.md);
-  // < 0 (--moe-prefill-cpu-share auto): m * t_gpu / (t_gpu + t_cpu) of the m experts, with each
-  // side's time per expert measured on the previous prefill layers.
-  double moe_prefill_cpu_share = 0.0;
+  // Default 0.2: the least routed experts have few tokens, so the CPU computes them in about a
+  // copy's time, and the link carries 20% less (0.2-0.3 measured best on the H200 host,
+  // docs/PERFORMANCE.md); 0: all stream; < 0 (--moe-prefill-cpu-share auto): m * t_gpu / (t_gpu +
+  // t_cpu) of the m experts, with each side's time per expert measured on the previous layers.
+  double moe_prefill_cpu_share = 0.2;
   // --moe-resident-profiler, for --moe-stream-share auto: "old" copies at least one miss per
   // decode layer visit (the fork's default), "new" none when the rates say the CPU alone is faster.
   bool moe_profiler_new = false;
