@@ -628,7 +628,7 @@ void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* o
   if (!cpu_items_.empty()) {
     runner_->enqueue_wait(stream);
     // Read from pinned memory by the SMs, for the same reason as the expert lists.
-    cuda::add_from_host(out, h_cpu_out_.get<float>(), n * E, stream);
+    cuda::add_inplace(out, h_cpu_out_.get<float>(), n * E, stream);
   }
 }
 
@@ -787,7 +787,8 @@ void RoutedExpertsGpu::prefetch(int64_t l, int64_t n) {
   const int64_t c = prefill_cpu_count(static_cast<int64_t>(cand.size()));
   prefill_cpu_n_ = c;
   if (c > 0) {
-    std::vector<int32_t> coldest = cand;
+    std::vector<int32_t>& coldest = prefill_coldest_;
+    coldest.assign(cand.begin(), cand.end());
     std::partial_sort(coldest.begin(), coldest.begin() + c, coldest.end(),
                       [&](int32_t a, int32_t b) {
                         const double sa = residency_->score(l, a), sb = residency_->score(l, b);

@@ -200,7 +200,7 @@ class RoutedExpertsGpu {
   // of the prefetched layer's experts those are (by expert) and how many.
   double prefill_cpu_share_ = 0;
   std::vector<char> prefill_cpu_;
-  std::vector<int32_t> prefill_candidates_;
+  std::vector<int32_t> prefill_candidates_, prefill_coldest_;  // prefetch()'s scratch
   int64_t prefill_cpu_n_ = 0;
   // Auto: moving averages of the time per expert of each side in the prefill layers run so far,
   // as that layer saw it: the CPU job over its experts, and the GPU's expert window (copies waited

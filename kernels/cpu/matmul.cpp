@@ -145,8 +145,8 @@ void matmul_batch(std::span<const MatmulJob> jobs, ThreadPool& pool, MatmulScrat
       tasks.push_back({i, o, std::min(j.w.n_out, o + per_task), inputs[input_of[i]].offset});
     }
   }
-  // Every output is the dot of the same weight row with the same chunk of at most kMaxActRows
-  // activation rows as in matmul(), so each job's bits equal matmul()'s.
+  // Every output is the dot of one weight row with its chunk of at most kMaxActRows activation
+  // rows, whichever task holds the row, so a job's bits do not depend on the batch around it.
   auto run_task = [&](int64_t t, int) {
     const MatmulScratch::BatchTask& task = tasks[static_cast<size_t>(t)];
     const MatmulJob& j = jobs[task.job];

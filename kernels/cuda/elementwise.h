@@ -13,7 +13,8 @@ namespace moe::cuda {
 // h[i] = silu(g[i]) * u[i], n elements (silu(v) = v / (1 + exp(-v))). h may alias g or u.
 void swiglu(const float* g, const float* u, float* h, int64_t n, cudaStream_t stream);
 
-// x[i] += y[i].
+// x[i] += y[i]. y may also be page-locked host memory (cudaHostAlloc), read through the SMs:
+// see host_read.h for why.
 void add_inplace(float* x, const float* y, int64_t n, cudaStream_t stream);
 
 // MoE combine, deterministic order: for token t < n_tokens, out[t * n_embd + c] (= if
