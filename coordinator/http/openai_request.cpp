@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/bounded_json.h"
+
 namespace moe::http {
 
 namespace {
@@ -489,9 +491,11 @@ HttpError::HttpError(int status_, const std::string& message, std::optional<std:
 
 nlohmann::ordered_json parse_json_body(std::string_view body) {
   try {
-    return nlohmann::ordered_json::parse(body);
+    return parse_bounded_json(body);
   } catch (const nlohmann::json::exception& e) {
     throw HttpError(400, std::string("the request body is not valid JSON: ") + e.what());
+  } catch (const JsonLimitError& e) {
+    throw HttpError(400, std::string("the request body is refused: ") + e.what());
   }
 }
 

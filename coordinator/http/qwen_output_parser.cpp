@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "common/bounded_json.h"
+
 namespace moe::http {
 
 namespace {
@@ -111,8 +113,14 @@ ParsedDelta QwenOutputParser::finish() {
 }
 
 bool QwenOutputParser::parse_tool_call(std::string_view body, ParsedDelta& out) {
-  const auto j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return false;  // also a parse error (discarded value)
+  // The model's text is as untrusted as a request: the same limits, so dump() below stays shallow.
+  nlohmann::ordered_json j;
+  try {
+    j = parse_bounded_json(body);
+  } catch (const std::exception&) {  // malformed or over a limit: left as text
+    return false;
+  }
+  if (!j.is_object()) return false;
   const auto name = j.find("name");
   if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
     return false;

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "coordinator/sampling/sampler_params.h"
 #include "coordinator/tokenizer/utf8.h"
 
@@ -26,9 +27,11 @@ nlohmann::ordered_json parse_json_object(const std::string& text, const std::str
   require_utf8(text, field);
   nlohmann::ordered_json j;
   try {
-    j = nlohmann::ordered_json::parse(text);
+    j = parse_bounded_json(text);
   } catch (const nlohmann::json::exception& e) {
     throw BadRequest(field + " is not valid JSON: " + e.what());
+  } catch (const JsonLimitError& e) {
+    throw BadRequest(field + " is refused: " + e.what());
   }
   if (!j.is_object()) throw BadRequest(field + " must be a JSON object");
   return j;
@@ -205,7 +208,9 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
     out.sampling.seed = req.has_seed() ? req.seed() : sampling::kRandomSeed;
     out.sampling.validate();
   } catch (const moe::Error& e) {
-    throw BadRequest(std::string("sampling: ") + e.what());
+    // The sampler's messages already start with "sampling: ".
+    const std::string what = e.what();
+    throw BadRequest(what.rfind("sampling: ", 0) == 0 ? what : "sampling: " + what);
   }
   return out;
 }
