@@ -1,6 +1,7 @@
 // libFuzzer harness: any byte string must either parse or throw moe::Error. On success every
 // accessor is exercised and every tensor's first and last byte is read, so AddressSanitizer checks
 // the bounds the parser vouched for.
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -9,6 +10,10 @@
 #include "common/gguf.h"
 
 namespace {
+
+// A double's bits. A value cast to an integer would be undefined behaviour for NaN, infinities,
+// negatives and anything out of range, all of which a file may hold.
+uint64_t bits(double d) { return std::bit_cast<uint64_t>(d); }
 
 void exercise(const moe::gguf::GgufFile& f) {
   using moe::gguf::ArrayValue;
@@ -20,7 +25,7 @@ void exercise(const moe::gguf::GgufFile& f) {
     } catch (const moe::Error&) {
     }
     try {
-      sink = sink + static_cast<uint64_t>(f.require_float(kv.key));
+      sink = sink + bits(f.require_float(kv.key));
     } catch (const moe::Error&) {
     }
     try {
@@ -29,18 +34,23 @@ void exercise(const moe::gguf::GgufFile& f) {
     }
     const auto* a = std::get_if<ArrayValue>(&kv.value.v);
     if (!a) continue;
-    // First elements, the last one, and one past the end (must throw, not read).
+    // First elements, the last one, and one past the end (must throw, not read). For an empty
+    // array count - 1 wraps to the largest index (unsigned, well defined), which must throw too.
     for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{2}, a->count - 1, a->count}) {
+      const bool in_range = i < a->count;
       try {
         sink = sink + static_cast<uint64_t>(a->int_at(i));
+        if (!in_range) __builtin_trap();
       } catch (const moe::Error&) {
       }
       try {
-        sink = sink + static_cast<uint64_t>(a->float_at(i));
+        sink = sink + bits(a->float_at(i));
+        if (!in_range) __builtin_trap();
       } catch (const moe::Error&) {
       }
       try {
         sink = sink + a->string_at(i).size();
+        if (!in_range) __builtin_trap();
       } catch (const moe::Error&) {
       }
     }
