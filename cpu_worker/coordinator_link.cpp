@@ -3,7 +3,10 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "common/error.h"
+#include "common/worker_secret.h"
 #include "moe/v1/control.grpc.pb.h"
 
 namespace moe::worker {
@@ -17,6 +20,11 @@ std::chrono::system_clock::time_point deadline_in(std::chrono::milliseconds d) {
   return std::chrono::system_clock::now() + d;
 }
 
+// The secret our coordinator gave us at spawn; the worker-only calls are refused without it.
+void add_secret(grpc::ClientContext& ctx, const std::string& secret) {
+  if (!secret.empty()) ctx.AddMetadata(kWorkerSecretMetadata, secret);
+}
+
 }  // namespace
 
 struct CoordinatorLink::Stub {
@@ -27,6 +35,7 @@ struct CoordinatorLink::Stub {
 CoordinatorLink::CoordinatorLink(const std::string& addr, const WorkerIdentity& me,
                                  std::chrono::milliseconds timeout)
     : stub_(std::make_unique<Stub>()), me_(me) {
+  if (const char* s = std::getenv(kWorkerSecretEnv)) secret_ = s;
   stub_->channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
   stub_->control = v1::Control::NewStub(stub_->channel);
   v1::RegisterRequest req;
@@ -42,6 +51,7 @@ CoordinatorLink::CoordinatorLink(const std::string& addr, const WorkerIdentity& 
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline_in(timeout));
   ctx.set_wait_for_ready(true);
+  add_secret(ctx, secret_);
   v1::RegisterResponse resp;
   const grpc::Status st = stub_->control->Register(&ctx, req, &resp);
   if (!st.ok()) {
@@ -85,6 +95,7 @@ void CoordinatorLink::heartbeat_loop(std::function<WorkStats()> stats) {
     req.set_busy_ms(s.busy_ms);
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline_in(std::chrono::milliseconds(1000)));
+    add_secret(ctx, secret_);
     v1::HeartbeatResponse resp;
     const grpc::Status st = stub_->control->Heartbeat(&ctx, req, &resp);
     std::string why;

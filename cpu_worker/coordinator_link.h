@@ -59,6 +59,7 @@ class CoordinatorLink {
   std::condition_variable cv_;
   bool stop_ = false;
   std::string reason_;
+  std::string secret_;  // from kWorkerSecretEnv
   std::thread thread_;
 };
 

@@ -33,13 +33,13 @@ int run_stats(const ConnectionOptions& options, const StatsArgs& args) {
     moe::v1::GetStatsResponse stats;
     {
       grpc::ClientContext ctx;
-      conn.set_deadline(ctx);
+      conn.prepare(ctx);
       check(stub->GetStats(&ctx, moe::v1::GetStatsRequest(), &stats));
     }
     moe::v1::GetPlacementResponse placement;
     {
       grpc::ClientContext ctx;
-      conn.set_deadline(ctx);
+      conn.prepare(ctx);
       check(stub->GetPlacement(&ctx, moe::v1::GetPlacementRequest(), &placement));
     }
     std::string text =
@@ -70,6 +70,7 @@ int run_health(const ConnectionOptions& options, const HealthArgs& args) {
     ctx.set_deadline(waiting ? std::min(end, Clock::now() + conn.timeout())
                              : Clock::now() + conn.timeout());
     ctx.set_wait_for_ready(waiting);
+    conn.authorize(ctx);
     HealthStatus resp;
     const grpc::Status status = stub->Check(&ctx, req, &resp);
     const bool serving = status.ok() && resp.status() == HealthStatus::SERVING;
@@ -86,7 +87,7 @@ int run_shutdown(const ConnectionOptions& options) {
   const Connection conn(options);
   const auto stub = moe::v1::Control::NewStub(conn.channel());
   grpc::ClientContext ctx;
-  conn.set_deadline(ctx);
+  conn.prepare(ctx);
   moe::v1::ShutdownResponse resp;
   check(stub->Shutdown(&ctx, moe::v1::ShutdownRequest(), &resp));
   return 0;

@@ -1,4 +1,5 @@
-// The channel to the coordinator and the deadline every call carries (--addr, --timeout).
+// The channel to the coordinator, and the deadline and API key every call carries (--addr,
+// --timeout, --api-key or MOE_API_KEY).
 #pragma once
 
 #include <grpcpp/channel.h>
@@ -14,6 +15,7 @@ namespace moe::cli {
 struct ConnectionOptions {
   std::string addr = "127.0.0.1:50051";  // HOST:PORT or any gRPC target
   double timeout_s = 600;                // deadline of each call (of each turn in chat)
+  std::string api_key;                   // sent as "authorization: Bearer KEY" when not empty
 };
 
 class Connection {
@@ -27,12 +29,15 @@ class Connection {
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   // --timeout as a duration.
   std::chrono::system_clock::duration timeout() const { return timeout_; }
-  // Sets the deadline of a call starting now: now + --timeout.
-  void set_deadline(grpc::ClientContext& ctx) const;
+  // Sets the deadline of a call starting now (now + --timeout) and its API key.
+  void prepare(grpc::ClientContext& ctx) const;
+  // Only the API key (for calls that set a deadline of their own).
+  void authorize(grpc::ClientContext& ctx) const;
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
   std::chrono::system_clock::duration timeout_;
+  std::string api_key_;
 };
 
 }  // namespace moe::cli

@@ -70,7 +70,7 @@ Turn stream(const Connection& conn, moe::v1::Generation::Stub& stub,
             const moe::v1::GenerateRequest& req, const Display& display, TextOut& out,
             InterruptGuard& guard) {
   grpc::ClientContext ctx;
-  conn.set_deadline(ctx);
+  conn.prepare(ctx);
   ScopedWatch watch(guard, ctx);
   Turn turn;
   bool finished = false;

@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->type_name("SECONDS")
       ->check(CLI::Range(1e-3, 1e9).description(""));
+  app.add_option("--api-key", conn.api_key,
+                 "the coordinator's API key (default: the environment's MOE_API_KEY)")
+      ->envname("MOE_API_KEY");
 
   // generate
   GenerateArgs gen;

@@ -18,7 +18,7 @@ int run_tokenize(const ConnectionOptions& options, const TokenizeArgs& args) {
   const Connection conn(options);
   const auto stub = moe::v1::Generation::NewStub(conn.channel());
   grpc::ClientContext ctx;
-  conn.set_deadline(ctx);
+  conn.prepare(ctx);
   moe::v1::TokenizeResponse resp;
   check(stub->Tokenize(&ctx, req, &resp));
 
@@ -49,7 +49,7 @@ int run_detokenize(const ConnectionOptions& options, const DetokenizeArgs& args)
   const Connection conn(options);
   const auto stub = moe::v1::Generation::NewStub(conn.channel());
   grpc::ClientContext ctx;
-  conn.set_deadline(ctx);
+  conn.prepare(ctx);
   moe::v1::DetokenizeResponse resp;
   check(stub->Detokenize(&ctx, req, &resp));
   TextOut out;
@@ -66,7 +66,7 @@ int run_template(const ConnectionOptions& options, const TemplateArgs& args) {
   const Connection conn(options);
   const auto stub = moe::v1::Generation::NewStub(conn.channel());
   grpc::ClientContext ctx;
-  conn.set_deadline(ctx);
+  conn.prepare(ctx);
   moe::v1::ApplyChatTemplateResponse resp;
   check(stub->ApplyChatTemplate(&ctx, req, &resp));
   TextOut out;

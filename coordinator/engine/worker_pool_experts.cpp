@@ -25,6 +25,14 @@ std::unique_ptr<model::RemoteExpertExecutor> WorkerPoolExperts::start(size_t i) 
   if (!opt_.coordinator_addr.empty()) {
     o.extra_args.insert(o.extra_args.end(), {"--coordinator", opt_.coordinator_addr});
   }
+  if (!opt_.coordinator_addr.empty() && opt_.silence_limit.count() > 0) {
+    o.hung = [this, id = spec.id, limit = opt_.silence_limit]() -> std::string {
+      const std::chrono::milliseconds silent = registry_.silent_for(id);
+      if (silent < limit) return {};
+      return "sent no heartbeat for " + std::to_string(silent.count()) +
+             " ms (stopped or hung; limit " + std::to_string(limit.count()) + " ms)";
+    };
+  }
   registry_.expect(spec.id, shm::run_segment_name(o.role));
   auto w = std::make_unique<model::RemoteExpertExecutor>(o);
   if (!opt_.coordinator_addr.empty() &&

@@ -31,6 +31,9 @@ struct WorkerPoolOptions {
   std::vector<placement::CpuWorkerSpec> workers;
   std::string coordinator_addr;  // where the workers register (gRPC Control)
   std::chrono::milliseconds register_timeout{10000};
+  // A registered worker silent (no heartbeat) this long while a request waits on it is killed as
+  // hung; the request fails UNAVAILABLE and the next one starts it again. 0: never.
+  std::chrono::milliseconds silence_limit{10000};
 };
 
 class WorkerPoolExperts final : public model::ExpertExecutor {

@@ -8,10 +8,12 @@ void WorkerRegistry::expect(const std::string& id, const std::string& segment) {
   WorkerRecord& w = it->second;
   if (!fresh) ++w.restarts;
   const uint32_t restarts = w.restarts;
+  const double busy_before = w.busy_ms_before + w.busy_ms;
   w = WorkerRecord{};
   w.id = id;
   w.segment = segment;
   w.restarts = restarts;
+  w.busy_ms_before = busy_before;
 }
 
 std::string WorkerRegistry::register_worker(const Registration& r) {
@@ -34,6 +36,7 @@ std::string WorkerRegistry::register_worker(const Registration& r) {
     w.threads = r.threads;
     w.isa = r.isa;
     w.state = WorkerState::Ready;
+    w.last_heartbeat = std::chrono::steady_clock::now();  // silence counts from here
   }
   cv_.notify_all();
   return "";
@@ -53,6 +56,16 @@ bool WorkerRegistry::heartbeat(const std::string& id, pid_t pid, uint64_t reques
   w.requests_served = requests_served;
   w.busy_ms = busy_ms;
   return true;
+}
+
+std::chrono::milliseconds WorkerRegistry::silent_for(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  const auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.state != WorkerState::Ready) {
+    return std::chrono::milliseconds(0);
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               it->second.last_heartbeat);
 }
 
 bool WorkerRegistry::wait_registered(const std::string& id, pid_t pid,

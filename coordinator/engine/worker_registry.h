@@ -31,7 +31,10 @@ struct WorkerRecord {
   bool heartbeat_seen = false;
   std::chrono::steady_clock::time_point last_heartbeat;
   uint64_t requests_served = 0;
-  double busy_ms = 0;
+  double busy_ms = 0;  // of the current process, as its last heartbeat said
+  // What the earlier processes under this id were busy for, as their last heartbeats said:
+  // busy_ms_before + busy_ms is a total that does not go back when the worker is restarted.
+  double busy_ms_before = 0;
 };
 
 struct Registration {
@@ -53,6 +56,9 @@ class WorkerRegistry {
   std::string register_worker(const Registration& r);
   // Heartbeat RPC: false tells the worker to exit (not ours, replaced, or shutting down).
   bool heartbeat(const std::string& id, pid_t pid, uint64_t requests_served, double busy_ms);
+  // How long `id` has sent no heartbeat (counted from its registration until the first one);
+  // zero while it is not registered (starting or dead), when nothing is expected of it.
+  std::chrono::milliseconds silent_for(const std::string& id) const;
   // Waits until `id` registered with `pid`; false on timeout.
   bool wait_registered(const std::string& id, pid_t pid, std::chrono::milliseconds timeout);
   void mark_dead(const std::string& id);

@@ -1,6 +1,7 @@
 #include "coordinator/http/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "common/bounded_json.h"
 #include "common/error.h"
+#include "coordinator/http/connection_pool.h"
 #include "coordinator/http/openai_request.h"
 #include "coordinator/http/openai_response.h"
+#include "coordinator/http/peer_socket.h"
 #include "coordinator/http/qwen_output_parser.h"
 #include "coordinator/server/request_validation.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -36,17 +40,19 @@ bool prompt_opens_reasoning(const std::vector<int32_t>& prompt, const tokenizer:
 
 using json = nlohmann::ordered_json;
 constexpr std::chrono::milliseconds kPoll{20};
+constexpr int kListenBacklog = 512;
+constexpr std::chrono::milliseconds kHealthProbeWait{5000};
 
 void send_error(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
-  res.set_content(error_body(e).dump(), "application/json");
+  res.set_content(dump_lenient(error_body(e)), "application/json");
 }
 
 HttpError error(int status, const std::string& message, const std::string& type = {}) {
   return HttpError(status, message, std::nullopt, type);
 }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string sse(const json& j) { return "data: " + dump_lenient(j) + "\n\n"; }
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -75,10 +81,32 @@ HttpError job_error(const engine::JobEvent& ev) {
   return error(500, ev.message, "server_error");
 }
 
+std::unique_ptr<httplib::Server> make_server(const HttpOptions& opt) {
+  if (opt.ssl_cert_file.empty() && opt.ssl_key_file.empty()) {
+    return std::make_unique<httplib::Server>();
+  }
+  auto tls =
+      std::make_unique<httplib::SSLServer>(opt.ssl_cert_file.c_str(), opt.ssl_key_file.c_str());
+  if (!tls->is_valid()) {
+    throw Error("HTTPS: cannot load the certificate " + opt.ssl_cert_file + " and key " +
+                opt.ssl_key_file);
+  }
+  return tls;
+}
+
 }  // namespace
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+std::string host_header_name(const std::string& header) {
+  if (!header.empty() && header[0] == '[') {
+    const size_t close = header.find(']');
+    return close == std::string::npos ? header : header.substr(1, close - 1);
+  }
+  const size_t colon = header.find(':');
+  return colon == std::string::npos ? header : header.substr(0, colon);
 }
 
 HttpServer::HttpServer(HttpOptions opt, server::ServingState& state,
@@ -87,21 +115,29 @@ HttpServer::HttpServer(HttpOptions opt, server::ServingState& state,
       state_(state),
       registry_(registry),
       metrics_(metrics),
-      server_(std::make_unique<httplib::Server>()) {
+      server_(make_server(opt_)) {
   if (!is_loopback(opt_.host) && opt_.api_key.empty()) {
     throw Error("HTTP on " + opt_.host + " (not a loopback address) needs --api-key");
   }
   const int threads = opt_.threads;
-  server_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
+  server_->new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };
   server_->set_payload_max_length(opt_.max_body_bytes);
+  // httplib's defaults also set SO_REUSEPORT, which lets a second server bind the same port and
+  // take half its connections; only SO_REUSEADDR (restart over TIME_WAIT) is wanted.
+  server_->set_socket_options([this](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;
+  });
   routes();
   port_ = opt_.port == 0 ? server_->bind_to_any_port(opt_.host)
                          : (server_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
   if (port_ <= 0) {
-    throw Error("HTTP: cannot listen on " + opt_.host + ":" + std::to_string(opt_.port));
+    throw Error("HTTP: cannot listen on " + opt_.host + ":" + std::to_string(opt_.port) +
+                " (in use by another process?)");
   }
+  // The library listens with a backlog of 5; a burst of clients must wait, not be refused.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, kListenBacklog);
   listener_ = std::thread([this] { server_->listen_after_bind(); });
 }
 
@@ -112,10 +148,50 @@ void HttpServer::stop() {
   if (listener_.joinable()) listener_.join();
 }
 
+bool HttpServer::admit_origin_and_host(const httplib::Request& req, httplib::Response& res) {
+  // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 reaches a loopback
+  // server with its own name in Host. Only loopback names are served there.
+  if (is_loopback(opt_.host) && req.has_header("Host") &&
+      !is_loopback(host_header_name(req.get_header_value("Host")))) {
+    send_error(res, error(403,
+                          "Host '" + req.get_header_value("Host") +
+                              "' is not served here (this server is bound to loopback)",
+                          "permission_error"));
+    return false;
+  }
+  if (!req.has_header("Origin")) return true;  // not from a browser page
+  const std::string origin = req.get_header_value("Origin");
+  const bool allowed = std::find(opt_.cors_origins.begin(), opt_.cors_origins.end(), "*") !=
+                           opt_.cors_origins.end() ||
+                       std::find(opt_.cors_origins.begin(), opt_.cors_origins.end(), origin) !=
+                           opt_.cors_origins.end();
+  if (!allowed) {
+    // Refused before anything runs: a "simple" cross-site POST (text/plain) needs no preflight,
+    // so leaving out the CORS headers alone would still let the page start a generation.
+    send_error(res, error(403, "Origin '" + origin + "' is not allowed (see --cors-origin)",
+                          "permission_error"));
+    return false;
+  }
+  res.set_header("Access-Control-Allow-Origin", origin);
+  res.set_header("Vary", "Origin");
+  if (req.method == "OPTIONS") {
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Max-Age", "600");
+  }
+  return true;
+}
+
 void HttpServer::routes() {
   httplib::Server& s = *server_;
-  // Authentication before routing, so no route can forget it; /health stays open for probes.
+  // Origin, Host and authentication before routing, so no route can forget them; /health stays
+  // open for probes.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!admit_origin_and_host(req, res)) return httplib::Server::HandlerResponse::Handled;
+    if (req.method == "OPTIONS") {  // an admitted CORS preflight (it never carries the key)
+      res.status = 204;
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (opt_.api_key.empty() || req.path == "/health")
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
@@ -154,9 +230,17 @@ void HttpServer::routes() {
   });
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (state_.engine.load() == nullptr) {
+    engine::Engine* eng = state_.engine.load();
+    if (eng == nullptr) {
       send_error(res,
                  error(503, "the model is loading or the server is stopping", "unavailable_error"));
+      return;
+    }
+    // The same probe as gRPC health: a one-token forward between the steps of whatever runs, so
+    // a dead or hung worker shows here too.
+    const std::string why = eng->probe(kHealthProbeWait);
+    if (!why.empty()) {
+      send_error(res, error(503, why, "unavailable_error"));
       return;
     }
     res.set_content(R"({"status":"ok"})", "application/json");
@@ -216,7 +300,12 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
   if (!opts.stream) {
     Collected c;
     QwenOutputParser parser(reasoning_started, id);
+    const PeerSocket peer(req.remote_addr, req.remote_port, req.local_port);
     for (;;) {
+      if (peer.closed()) {  // nobody is left to read the answer: free the engine now
+        job->cancel();
+        return;
+      }
       std::optional<engine::JobEvent> ev = job->wait_event(kPoll);
       if (!ev) continue;
       if (ev->kind == engine::JobEvent::Chunk) {
@@ -241,7 +330,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
     const Usage usage{c.prompt_tokens, c.completion_tokens};
     const json out = chat ? chat_completion(id, created, model, c.all, reason, usage)
                           : text_completion(id, created, model, c.all.content, reason, usage);
-    res.set_content(out.dump(), "application/json");
+    res.set_content(dump_lenient(out), "application/json");
     return;
   }
 

@@ -1,14 +1,16 @@
 // The OpenAI-compatible HTTP API (llama-server's behaviour) over the same engine as gRPC:
 // POST /v1/chat/completions and /v1/completions (streamed as server-sent events ending in
 // `data: [DONE]`, or whole), GET /v1/models, /health and /metrics. Errors are JSON bodies
-// ({"error": {...}}) with 400 (bad request), 401 (API key), 404, 413 (body too large), 429 (queue
-// full) and 503 (starting, stopping, draining or a worker died).
+// ({"error": {...}}) with 400 (bad request), 401 (API key), 403 (an Origin not allowed, or a Host
+// that is not loopback's on a loopback server: DNS rebinding), 404, 413 (body too large), 429
+// (queue full) and 503 (starting, stopping, draining or a worker died).
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "coordinator/engine/worker_registry.h"
 #include "coordinator/http/metrics.h"
@@ -29,7 +31,13 @@ struct HttpOptions {
   // not a loopback address.
   std::string api_key;
   size_t max_body_bytes = 8u << 20;
-  int threads = 32;  // connections served at once; more wait for a free thread
+  // Connections served at once (a thread each, started as needed); more wait for a free one.
+  int threads = 256;
+  // Origins (scheme://host[:port]) whose pages may call the API, or "*" for any. A request that
+  // carries any other Origin is refused (403), so a web page a user opens cannot drive the server.
+  std::vector<std::string> cors_origins;
+  // PEM files: HTTPS instead of HTTP when both are set.
+  std::string ssl_cert_file, ssl_key_file;
   std::string model_id = "moe-runtime";
 };
 
@@ -49,6 +57,9 @@ class HttpServer {
 
  private:
   void routes();
+  // Refuses (403, and false) a request from an Origin not allowed, or with a non-loopback Host on
+  // a loopback server; sets the CORS headers of an allowed one.
+  bool admit_origin_and_host(const httplib::Request& req, httplib::Response& res);
   // POST /v1/chat/completions (chat) and /v1/completions.
   void generation(const httplib::Request& req, httplib::Response& res, bool chat);
 
@@ -58,10 +69,14 @@ class HttpServer {
   Metrics& metrics_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
+  int listen_fd_ = -1;
   std::thread listener_;
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback(const std::string& host);
+
+// The host part of a Host header ("[::1]:8080" -> "::1", "localhost:80" -> "localhost").
+std::string host_header_name(const std::string& header);
 
 }  // namespace moe::http

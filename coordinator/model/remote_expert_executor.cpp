@@ -75,7 +75,15 @@ RemoteExpertExecutor::RemoteExpertExecutor(const RemoteExpertOptions& opt)
       responses_(view_.responses),
       worker_(spawn_worker(opt, seg_.name())) {
   // The worker is our child, so waitpid tells its death at once (a dead peer never wakes us).
-  wait_.peer_alive = [this] { return worker_.running(); };
+  wait_.peer_alive = [this, hung = opt.hung] {
+    if (!worker_.running()) return false;
+    if (!hung) return true;
+    std::string why = hung();
+    if (why.empty()) return true;
+    hung_ = std::move(why);
+    worker_.kill();
+    return false;
+  };
   wait_.spin = opt.spin;
   wait_ready(opt);
 }
@@ -124,6 +132,10 @@ RemoteExpertExecutor::~RemoteExpertExecutor() {
 void RemoteExpertExecutor::throw_dead() {
   dead_ = true;
   worker_.running();  // reaps it if it has just exited, so describe() says how
+  if (!hung_.empty()) {
+    throw Error("CPU worker (pid " + std::to_string(worker_.pid()) + ") " + hung_ +
+                "; it was killed");
+  }
   throw Error("CPU worker (pid " + std::to_string(worker_.pid()) + ") died (" + worker_.describe() +
               ")");
 }
@@ -139,7 +151,8 @@ void RemoteExpertExecutor::push_request(int64_t layer, int64_t n_tokens, int64_t
 }
 
 void RemoteExpertExecutor::await_response() {
-  // No overall deadline: a large prefill request may take long; liveness is what we check.
+  // No overall deadline: a large prefill request may take long. Liveness is what we check: the
+  // process runs, and (opt.hung) it still sends heartbeats.
   shm::WaitStatus st;
   shm::ExpertResponse resp;
   while ((st = responses_.pop(&resp, sizeof resp, wait_)) == shm::WaitStatus::Timeout) {

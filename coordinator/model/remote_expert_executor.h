@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct RemoteExpertOptions {
   std::chrono::milliseconds start_timeout{60000};  // worker start until it is ready
   std::string role = "experts-0";                  // segment name: run_segment_name(role)
   std::vector<std::string> extra_args;             // appended to the worker's command line
+  // Asked while a request waits for the worker: a non-empty answer says why the worker is taken
+  // as hung (a stopped process answers nothing, and waiting on it would stall every request). It
+  // is then killed, and the request fails as if it had died. Empty function: never hung.
+  std::function<std::string()> hung;
 };
 
 class RemoteExpertExecutor final : public ExpertExecutor {
@@ -95,7 +100,8 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   shm::RingProducer requests_;
   shm::RingConsumer responses_;
   ChildProcess worker_;
-  shm::WaitOptions wait_;  // liveness = the worker still runs
+  shm::WaitOptions wait_;  // liveness = the worker still runs and is not hung
+  std::string hung_;       // why the worker was killed as hung; empty: it was not
   uint64_t seq_ = 0;
   bool dead_ = false;
   int64_t pending_tokens_ = -1;  // submit()ted rows awaiting collect(); -1: none

@@ -34,15 +34,17 @@ engine::Clock::time_point drain_deadline(const grpc::ServerContext* ctx) {
 }  // namespace
 
 ControlService::ControlService(ServingState& state, engine::WorkerRegistry& registry,
-                               const placement::Placement& placement,
+                               const placement::Placement& placement, const GrpcAuth& auth,
                                std::function<void()> request_shutdown)
     : state_(state),
       registry_(registry),
       placement_(placement),
+      auth_(auth),
       request_shutdown_(std::move(request_shutdown)) {}
 
-grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+grpc::Status ControlService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                       v1::RegisterResponse* resp) {
+  if (grpc::Status st = auth_.worker(*ctx); !st.ok()) return st;
   if (req->kind() != v1::WORKER_KIND_CPU) {
     return {grpc::StatusCode::INVALID_ARGUMENT, "only CPU workers are supported"};
   }
@@ -61,16 +63,18 @@ grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRe
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status ControlService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                        v1::HeartbeatResponse* resp) {
+  if (grpc::Status st = auth_.worker(*ctx); !st.ok()) return st;
   const bool keep =
       registry_.heartbeat(req->worker_id(), req->pid(), req->requests_served(), req->busy_ms());
   resp->set_command(keep ? v1::WORKER_COMMAND_CONTINUE : v1::WORKER_COMMAND_EXIT);
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::GetStats(grpc::ServerContext*, const v1::GetStatsRequest*,
+grpc::Status ControlService::GetStats(grpc::ServerContext* ctx, const v1::GetStatsRequest*,
                                       v1::GetStatsResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
   const auto now = std::chrono::steady_clock::now();
   resp->set_uptime_s(std::chrono::duration<double>(now - started_).count());
   resp->set_model(state_.model_name);
@@ -137,8 +141,9 @@ grpc::Status ControlService::GetStats(grpc::ServerContext*, const v1::GetStatsRe
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::GetPlacement(grpc::ServerContext*, const v1::GetPlacementRequest*,
+grpc::Status ControlService::GetPlacement(grpc::ServerContext* ctx, const v1::GetPlacementRequest*,
                                           v1::GetPlacementResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
   resp->set_in_process(placement_.in_process);
   resp->set_coordinator_threads(placement_.coordinator_threads);
   resp->set_source(placement_.source);
@@ -163,6 +168,7 @@ grpc::Status ControlService::GetPlacement(grpc::ServerContext*, const v1::GetPla
 
 grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
                                    v1::DrainResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
   engine::Engine* eng = state_.engine.load();
   if (eng == nullptr) return {grpc::StatusCode::UNAVAILABLE, "the coordinator is not serving"};
   resp->set_drained(eng->drain(drain_deadline(ctx)));
@@ -173,6 +179,7 @@ grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const v1::DrainRequ
 
 grpc::Status ControlService::Shutdown(grpc::ServerContext* ctx, const v1::ShutdownRequest*,
                                       v1::ShutdownResponse*) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
   if (engine::Engine* eng = state_.engine.load()) eng->drain(drain_deadline(ctx));
   request_shutdown_();
   return grpc::Status::OK;

@@ -6,6 +6,7 @@
 
 #include "common/placement/placement.h"
 #include "coordinator/engine/worker_registry.h"
+#include "coordinator/server/grpc_auth.h"
 #include "coordinator/server/serving_state.h"
 #include "moe/v1/control.grpc.pb.h"
 
@@ -13,9 +14,11 @@ namespace moe::server {
 
 class ControlService final : public v1::Control::Service {
  public:
-  // `request_shutdown` is called (once per Shutdown RPC) after the drain.
+  // `request_shutdown` is called (once per Shutdown RPC) after the drain. Register and Heartbeat
+  // need auth.worker(), every other method auth.client().
   ControlService(ServingState& state, engine::WorkerRegistry& registry,
-                 const placement::Placement& placement, std::function<void()> request_shutdown);
+                 const placement::Placement& placement, const GrpcAuth& auth,
+                 std::function<void()> request_shutdown);
 
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override;
@@ -36,6 +39,7 @@ class ControlService final : public v1::Control::Service {
   ServingState& state_;
   engine::WorkerRegistry& registry_;
   const placement::Placement& placement_;
+  const GrpcAuth& auth_;
   std::function<void()> request_shutdown_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

@@ -5,19 +5,26 @@
 // this process (and, once there is a GPU path, before CUDA is initialised). The gRPC server starts
 // first only because the workers register with it; it answers UNAVAILABLE until the engine runs.
 // Every exit path stops the workers and removes their segments (RAII), so nothing is orphaned.
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -39,6 +46,7 @@
 #include "coordinator/model/model_arch.h"
 #include "coordinator/server/control_service.h"
 #include "coordinator/server/generation_service.h"
+#include "coordinator/server/grpc_auth.h"
 #include "coordinator/server/health_service.h"
 #include "coordinator/server/serving_state.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -61,13 +69,16 @@ struct Args {
   size_t queue_size = 16;
   std::string worker_bin;
   int worker_timeout_s = 120;
+  double worker_silence_s = 10;
   std::string ready_file;
   int max_rpc_threads = 64;
   int pool_spin = cpu::ThreadPool::kDefaultSpin;
   int http_port = -1;  // off
-  std::string http_host, api_key;
+  std::string http_host, api_key, api_key_file;
+  std::vector<std::string> cors_origins;
+  std::string ssl_key_file, ssl_cert_file;  // both or neither: TLS on gRPC and HTTP
   size_t http_max_body = 8u << 20;
-  int http_threads = 32;
+  int http_threads = 256;
   bool prefetch = true;
   gpu::GpuOptions gpu;
 };
@@ -79,18 +90,75 @@ void log(const std::string& s) {
   std::fflush(stderr);
 }
 
-// Written once the servers answer, renamed into place so a watcher never reads half a file:
-// the gRPC address, then the HTTP address when HTTP is on.
-void write_ready_file(const std::string& path, const std::string& grpc_addr,
-                      const std::string& http_addr) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << grpc_addr << "\n";
-    if (!http_addr.empty()) f << "http " << http_addr << "\n";
-    if (!f) throw Error("cannot write " + tmp);
+// --ready-file: the gRPC address, then the HTTP address when HTTP is on, written once the servers
+// answer. The file is ours alone. One already there is refused at start: it may be another
+// program's, or left by a run killed with SIGKILL, and a watcher would take its address for ours.
+// Ours is written aside and linked into place, so a watcher never reads half of it and nothing
+// that appeared meanwhile is replaced; at exit it is removed only while it is still the one we
+// wrote.
+class ReadyFile {
+ public:
+  explicit ReadyFile(std::string path) : path_(std::move(path)) {
+    struct stat st;
+    if (!path_.empty() && ::lstat(path_.c_str(), &st) == 0) {
+      throw Error("--ready-file " + path_ +
+                  " already exists (another program's, or left by a run that was killed?); "
+                  "remove it or name another file");
+    }
   }
-  std::filesystem::rename(tmp, path);
+  ReadyFile(const ReadyFile&) = delete;
+  ReadyFile& operator=(const ReadyFile&) = delete;
+  ~ReadyFile() { remove(); }
+
+  void write(const std::string& grpc_addr, const std::string& http_addr) {
+    if (path_.empty()) return;
+    std::string text = grpc_addr + "\n";
+    if (!http_addr.empty()) text += "http " + http_addr + "\n";
+    const std::string tmp = path_ + "." + std::to_string(::getpid()) + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) throw Error("cannot create " + tmp + ": " + std::strerror(errno));
+    struct stat st;
+    bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+              ::fstat(fd, &st) == 0;
+    ok = ::close(fd) == 0 && ok;
+    if (ok && ::link(tmp.c_str(), path_.c_str()) != 0) {
+      // EEXIST: created since the check at start. Other errors: a file system without hard
+      // links, where rename is the next best (it would replace such a file).
+      ok = errno != EEXIST && ::rename(tmp.c_str(), path_.c_str()) == 0;
+    }
+    const int err = errno;
+    ::unlink(tmp.c_str());  // after link: the name in place keeps the file
+    if (!ok) throw Error("cannot write --ready-file " + path_ + ": " + std::strerror(err));
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+    written_ = true;
+  }
+
+  void remove() {
+    struct stat st;
+    if (written_ && ::lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
+      ::unlink(path_.c_str());
+    }
+    written_ = false;
+  }
+
+ private:
+  std::string path_;
+  bool written_ = false;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
+};
+
+// scripts/moe-coordinator sets MOE_EXIT_WITH_PARENT to its pid (scripts/with-mps, when it runs
+// between, to its own): when that parent dies, even by SIGKILL, which runs none of its traps, the
+// kernel sends us SIGTERM and we stop as on any SIGTERM (the workers follow us). False when the
+// parent is gone already: the signal is armed only now, so an earlier death shows as another ppid.
+bool exit_with_parent() {
+  const char* v = std::getenv("MOE_EXIT_WITH_PARENT");
+  if (v == nullptr || *v == '\0') return true;
+  const auto parent = static_cast<pid_t>(std::atol(v));
+  ::unsetenv("MOE_EXIT_WITH_PARENT");  // ours, not the workers'
+  return ::prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && ::getppid() == parent;
 }
 
 // Whether the coordinator's threads may run on a worker's cores (unpinned counts as shared).
@@ -124,7 +192,49 @@ void wait_for_shutdown() {
   log("shutdown requested over gRPC; stopping");
 }
 
-int run(const Args& a) {
+// The API key (from --api-key or the first line of --api-key-file), and what must hold before any
+// port is opened: no key off loopback is refused for gRPC as for HTTP, and two APIs on one port
+// cannot both listen.
+void check_listening(Args& a) {
+  if (!a.api_key_file.empty()) {
+    std::ifstream f(a.api_key_file);
+    if (!f || !std::getline(f, a.api_key))
+      throw Error("cannot read --api-key-file " + a.api_key_file);
+    while (!a.api_key.empty() && (a.api_key.back() == '\r' || a.api_key.back() == ' ')) {
+      a.api_key.pop_back();
+    }
+    if (a.api_key.empty()) throw Error("--api-key-file " + a.api_key_file + " holds an empty key");
+  }
+  if (!http::is_loopback(a.host) && a.api_key.empty()) {
+    throw Error("gRPC on " + a.host + " (not a loopback address) needs --api-key");
+  }
+  if (a.ssl_key_file.empty() != a.ssl_cert_file.empty()) {
+    throw Error("TLS needs both --ssl-key-file and --ssl-cert-file");
+  }
+  if (a.http_port > 0 && a.http_port == a.port) {
+    throw Error("--port and --http-port are both " + std::to_string(a.port) +
+                "; the gRPC and HTTP APIs need a port each");
+  }
+}
+
+std::string read_pem(const std::string& path, const char* flag) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream text;
+  text << f.rdbuf();
+  if (!f || text.str().empty()) throw Error(std::string("cannot read ") + flag + " " + path);
+  return text.str();
+}
+
+std::shared_ptr<grpc::ServerCredentials> grpc_credentials(const Args& a) {
+  if (a.ssl_cert_file.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions opt;
+  opt.pem_key_cert_pairs.push_back(
+      {read_pem(a.ssl_key_file, "--ssl-key-file"), read_pem(a.ssl_cert_file, "--ssl-cert-file")});
+  return grpc::SslServerCredentials(opt);
+}
+
+int run(const Args& a, const std::string& worker_secret) {
+  ReadyFile ready(a.ready_file);  // before anything starts: refused when it exists
   const auto file = gguf::GgufFile::open(a.model, moe::gpu::load_mode(a.gpu));
   const placement::Topology topo = placement::detect_topology();
   placement::Placement place = placement::resolve_placement(a.placement, topo, a.threads);
@@ -134,14 +244,18 @@ int run(const Args& a) {
   // Control first: the workers register with it while they start.
   server::ServingState state;
   engine::WorkerRegistry registry;
-  server::GenerationService generation(state);
+  const server::GrpcAuth auth(a.api_key, worker_secret);
+  server::GenerationService generation(state, auth);
   server::HealthService health(state);
-  server::ControlService control(state, registry, place, [] { g_shutdown.store(true); });
+  server::ControlService control(state, registry, place, auth, [] { g_shutdown.store(true); });
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
   const std::string addr = a.host + ":" + std::to_string(a.port);
-  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(addr, grpc_credentials(a), &bound_port);
+  // gRPC sets SO_REUSEPORT by default: a second coordinator would then bind the same port and
+  // take half of its calls instead of failing to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&generation);
   builder.RegisterService(&health);
   builder.RegisterService(&control);
@@ -150,7 +264,9 @@ int run(const Args& a) {
   quota.SetMaxThreads(a.max_rpc_threads);
   builder.SetResourceQuota(quota);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) throw Error("cannot listen on " + addr);
+  if (!server || bound_port == 0) {
+    throw Error("gRPC: cannot listen on " + addr + " (in use by another process?)");
+  }
   const std::string local = a.host + ":" + std::to_string(bound_port);
 
   const model::ModelConfig cfg = model::ModelConfig::from_gguf(file);
@@ -175,6 +291,7 @@ int run(const Args& a) {
     wo.base.spin = shares_cores(place) ? 0 : static_cast<uint32_t>(std::max(a.pool_spin, 2000));
     wo.coordinator_addr = local;
     wo.register_timeout = std::chrono::seconds(a.worker_timeout_s);
+    wo.silence_limit = std::chrono::milliseconds(static_cast<int64_t>(a.worker_silence_s * 1000));
     pool_experts = std::make_unique<engine::WorkerPoolExperts>(std::move(wo), registry);
     workers = pool_experts.get();
     log("CPU workers ready: " + std::to_string(workers->size()));
@@ -238,13 +355,16 @@ int run(const Args& a) {
     ho.api_key = a.api_key;
     ho.max_body_bytes = a.http_max_body;
     ho.threads = a.http_threads;
+    ho.cors_origins = a.cors_origins;
+    ho.ssl_cert_file = a.ssl_cert_file;
+    ho.ssl_key_file = a.ssl_key_file;
     ho.model_id = state.model_name;
     http_server = std::make_unique<http::HttpServer>(ho, state, registry, metrics);
     http_addr = ho.host + ":" + std::to_string(http_server->port());
-    log("OpenAI-compatible HTTP API on http://" + http_addr + "/v1" +
-        (a.api_key.empty() ? "" : " (API key required)"));
+    log("OpenAI-compatible HTTP API on " + std::string(a.ssl_cert_file.empty() ? "http" : "https") +
+        "://" + http_addr + "/v1" + (a.api_key.empty() ? "" : " (API key required)"));
   }
-  if (!a.ready_file.empty()) write_ready_file(a.ready_file, local, http_addr);
+  ready.write(local, http_addr);
 
   wait_for_shutdown();
   // New calls see UNAVAILABLE; running ones end at their next token; then the server drains.
@@ -261,7 +381,7 @@ int run(const Args& a) {
   if (http_server) http_server->stop();
   eng.reset();
   model.reset();  // stops the workers and removes their segments
-  if (!a.ready_file.empty()) std::filesystem::remove(a.ready_file);
+  ready.remove();
   log("stopped");
   return 0;
 }
@@ -276,6 +396,12 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  if (!exit_with_parent()) {
+    std::fprintf(stderr,
+                 "moe-coordinator: error: the process that started us (MOE_EXIT_WITH_PARENT) is "
+                 "gone\n");
+    return 1;
+  }
 
   CLI::App app{"moe-runtime coordinator: serves a GGUF MoE model over gRPC"};
   Args a;
@@ -302,8 +428,14 @@ int main(int argc, char** argv) {
   app.add_option("--worker-timeout", a.worker_timeout_s,
                  "seconds a worker may take to load and register (default 120)")
       ->check(CLI::Range(1, 3600));
+  app.add_option("--worker-silence-timeout", a.worker_silence_s,
+                 "seconds a CPU worker may send no heartbeat while a request waits on it before "
+                 "it is killed as hung and the request fails (default 10; 0: never)")
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--ready-file", a.ready_file,
-                 "write HOST:PORT here once serving (removed on exit)");
+                 "once serving, create FILE with HOST:PORT (then 'http HOST:PORT' with "
+                 "--http-port), whole at once; FILE must not exist (refused at start, so a stale "
+                 "one is never read as ours); removed on exit unless replaced meanwhile");
   app.add_option("--pool-spin", a.pool_spin,
                  "pause iterations idle compute threads (ours and the workers') spin before "
                  "sleeping; with cores of their own, ~1000000 keeps them awake between layers")
@@ -313,10 +445,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--http-host", a.http_host, "HTTP address (default: --host)");
   app.add_option("--api-key", a.api_key,
-                 "HTTP clients must send 'Authorization: Bearer KEY' (required off loopback)");
+                 "clients must send 'Authorization: Bearer KEY' (HTTP header or gRPC metadata; "
+                 "required off loopback); /health and gRPC health stay open");
+  app.add_option("--api-key-file", a.api_key_file, "read the API key from the first line of FILE");
+  app.add_option("--ssl-key-file", a.ssl_key_file,
+                 "PEM private key: serve gRPC and HTTP over TLS (with --ssl-cert-file)");
+  app.add_option("--ssl-cert-file", a.ssl_cert_file, "PEM certificate (chain) for TLS");
+  app.add_option("--cors-origin", a.cors_origins,
+                 "origin (scheme://host[:port]) whose web pages may call the HTTP API, or '*'; "
+                 "repeatable (default: none: requests with an Origin header are refused)");
   app.add_option("--http-max-body", a.http_max_body, "largest request body in bytes (8 MiB)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
-  app.add_option("--http-threads", a.http_threads, "HTTP connections served at once (32)")
+  app.add_option("--http-threads", a.http_threads, "HTTP connections served at once (256)")
       ->check(CLI::Range(2, 1024));
   app.add_flag("!--no-prefetch", a.prefetch,
                "do not read the weights into the page cache at start (they are then faulted in "
@@ -334,7 +474,11 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
-    return run(a);
+    check_listening(a);
+    // Set before any thread exists (setenv is not thread-safe); the spawned workers inherit it.
+    const std::string worker_secret = server::make_worker_secret();
+    ::setenv(kWorkerSecretEnv, worker_secret.c_str(), 1);
+    return run(a, worker_secret);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe-coordinator: error: %s\n", e.what());
     return 1;

@@ -49,6 +49,7 @@ void fill_finish(const engine::JobEvent& ev, v1::Finish& f) {
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
   engine::Engine* eng = state_.engine.load();
   if (eng == nullptr) return starting();
   engine::JobRequest jr;
@@ -107,8 +108,9 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const v1::Gen
   }
 }
 
-grpc::Status GenerationService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
+grpc::Status GenerationService::Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest* req,
                                          v1::TokenizeResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
   if (state_.engine.load() == nullptr) return starting();
   const tokenizer::Tokenizer& tok = *state_.limits.tok;
   try {
@@ -127,8 +129,10 @@ grpc::Status GenerationService::Tokenize(grpc::ServerContext*, const v1::Tokeniz
   return grpc::Status::OK;
 }
 
-grpc::Status GenerationService::Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* req,
+grpc::Status GenerationService::Detokenize(grpc::ServerContext* ctx,
+                                           const v1::DetokenizeRequest* req,
                                            v1::DetokenizeResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
   if (state_.engine.load() == nullptr) return starting();
   const tokenizer::Tokenizer& tok = *state_.limits.tok;
   std::vector<int32_t> ids(req->ids().begin(), req->ids().end());
@@ -144,9 +148,10 @@ grpc::Status GenerationService::Detokenize(grpc::ServerContext*, const v1::Detok
   return grpc::Status::OK;
 }
 
-grpc::Status GenerationService::ApplyChatTemplate(grpc::ServerContext*,
+grpc::Status GenerationService::ApplyChatTemplate(grpc::ServerContext* ctx,
                                                   const v1::ApplyChatTemplateRequest* req,
                                                   v1::ApplyChatTemplateResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
   if (state_.engine.load() == nullptr) return starting();
   try {
     std::string text = render_chat(req->chat(), state_.limits, true);

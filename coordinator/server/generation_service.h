@@ -3,6 +3,7 @@
 // RPC thread (the tokenizer and template are immutable, so that is safe).
 #pragma once
 
+#include "coordinator/server/grpc_auth.h"
 #include "coordinator/server/serving_state.h"
 #include "moe/v1/generation.grpc.pb.h"
 
@@ -10,7 +11,8 @@ namespace moe::server {
 
 class GenerationService final : public v1::Generation::Service {
  public:
-  explicit GenerationService(ServingState& state) : state_(state) {}
+  // Every method needs auth.client().
+  GenerationService(ServingState& state, const GrpcAuth& auth) : state_(state), auth_(auth) {}
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -23,6 +25,7 @@ class GenerationService final : public v1::Generation::Service {
 
  private:
   ServingState& state_;
+  const GrpcAuth& auth_;
 };
 
 }  // namespace moe::server
