@@ -163,9 +163,10 @@ void Engine::run_job(Job& job) {
   const JobRequest& req = job.request();
   JobEvent end;
   uint32_t seed = 0;
+  Progress progress;
   try {
     if (job.cancelled()) throw Interrupted{JobError::Cancelled, "cancelled while queued"};
-    end = generate(job, &seed);
+    end = generate(job, &seed, &progress);
   } catch (const Interrupted& i) {
     end = JobEvent{};
     end.kind = JobEvent::Failed;
@@ -186,8 +187,9 @@ void Engine::run_job(Job& job) {
     const auto outcome = end.kind == JobEvent::Finish       ? MetricsSink::Outcome::Ok
                          : end.error == JobError::Cancelled ? MetricsSink::Outcome::Cancelled
                                                             : MetricsSink::Outcome::Failed;
-    opt_.metrics->job_end(outcome, static_cast<int64_t>(req.prompt.size()),
-                          end.kind == JobEvent::Finish ? end.completion_tokens : 0);
+    // What was computed, however the job ended: a stream the client closed midway still cost
+    // its tokens.
+    opt_.metrics->job_end(outcome, progress.prompt_tokens, progress.generated_tokens);
   }
   std::optional<model::ExpertRuntimeStats> experts = model_.expert_runtime();
   {
@@ -212,7 +214,7 @@ void Engine::run_job(Job& job) {
   job.push(std::move(end));
 }
 
-JobEvent Engine::generate(Job& job, uint32_t* seed_out) {
+JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
   const JobRequest& req = job.request();
   const Clock::time_point t_start = Clock::now();
   auto check = [&] {
@@ -247,6 +249,7 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out) {
     const int64_t n = std::min(opt_.n_batch, n_prompt - i);
     model_.forward(std::span<const int32_t>(req.prompt.data() + i, static_cast<size_t>(n)), cache,
                    model::LogitsMode::Last, logits_.data());
+    progress->prompt_tokens = i + n;
     if (i + n < n_prompt) run_probes();
   }
   const Clock::time_point t_prompt = Clock::now();
@@ -271,6 +274,7 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out) {
     const int32_t token = sampler.sample(logits_);
     sampler.accept(token);
     ++n_gen;
+    progress->generated_tokens = n_gen;
     if (opt_.metrics != nullptr) {
       const Clock::time_point now = Clock::now();
       if (n_gen == 1) {

@@ -85,8 +85,13 @@ class Engine {
   void scheduler_loop();
   void run_job(Job& job);
   void run_probes();
+  // Tokens a job got through, kept up to date as it runs so that the work of a job that is
+  // cancelled or fails midway is counted too.
+  struct Progress {
+    int64_t prompt_tokens = 0, generated_tokens = 0;
+  };
   // Generates for `job`; returns the Finish event (Failed events are thrown as exceptions).
-  JobEvent generate(Job& job, uint32_t* seed);
+  JobEvent generate(Job& job, uint32_t* seed, Progress* progress);
 
   model::ModelArch& model_;
   const tokenizer::Tokenizer& tok_;

@@ -11,6 +11,13 @@ prometheus::Histogram::BucketBoundaries latency_buckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 }
 
+// A counter mirroring a running total kept elsewhere: advanced by what the total grew since the
+// last scrape. Never moved back, so a total that shrank (it should not) cannot break rate().
+void advance_to(prometheus::Counter& c, double total) {
+  const double delta = total - c.Value();
+  if (delta > 0) c.Increment(delta);
+}
+
 }  // namespace
 
 Metrics::Metrics()
@@ -62,29 +69,31 @@ Metrics::Metrics()
                      .Name("moe_worker_up")
                      .Help("1 while the worker is registered and alive")
                      .Register(*registry_)),
-      worker_busy_(prometheus::BuildGauge()
-                       .Name("moe_worker_busy_seconds")
-                       .Help("Time the worker spent computing experts (CPU busy time)")
+      // Busy time adds up the worker's processes: a restart does not take it back.
+      worker_busy_(prometheus::BuildCounter()
+                       .Name("moe_worker_busy_seconds_total")
+                       .Help("Time the worker spent computing experts (CPU busy time), over its "
+                             "restarts")
                        .Register(*registry_)),
-      worker_restarts_(prometheus::BuildGauge()
-                           .Name("moe_worker_restarts")
+      worker_restarts_(prometheus::BuildCounter()
+                           .Name("moe_worker_restarts_total")
                            .Help("Times the worker was started again after dying")
                            .Register(*registry_)),
-      // Read from LayerStats at scrape time, so gauges holding running totals.
-      layer_routed_(prometheus::BuildGauge()
-                        .Name("moe_layer_routed_items")
-                        .Help("(token, expert) items routed in the layer since start")
+      // Running totals in LayerStats, read at scrape time.
+      layer_routed_(prometheus::BuildCounter()
+                        .Name("moe_layer_routed_items_total")
+                        .Help("(token, expert) items routed in the layer")
                         .Register(*registry_)),
-      layer_seconds_(prometheus::BuildGauge()
-                         .Name("moe_layer_expert_seconds")
-                         .Help("Wall time of the layer's expert computation since start")
+      layer_seconds_(prometheus::BuildCounter()
+                         .Name("moe_layer_expert_seconds_total")
+                         .Help("Wall time of the layer's expert computation")
                          .Register(*registry_)),
-      layer_hits_(prometheus::BuildGauge()
-                      .Name("moe_layer_gpu_hits")
+      layer_hits_(prometheus::BuildCounter()
+                      .Name("moe_layer_gpu_hits_total")
                       .Help("Items computed by GPU-resident experts (0 without a GPU worker)")
                       .Register(*registry_)),
-      layer_misses_(prometheus::BuildGauge()
-                        .Name("moe_layer_gpu_misses")
+      layer_misses_(prometheus::BuildCounter()
+                        .Name("moe_layer_gpu_misses_total")
                         .Help("Items computed on the CPU; hit rate = hits / (hits + misses)")
                         .Register(*registry_)) {}
 
@@ -118,17 +127,17 @@ std::string Metrics::scrape(const server::ServingState& state,
     const std::vector<engine::LayerCounters> layers = state.layers->snapshot();
     for (size_t l = 0; l < layers.size(); ++l) {
       const prometheus::Labels labels{{"layer", std::to_string(l)}};
-      layer_routed_.Add(labels).Set(static_cast<double>(layers[l].routed));
-      layer_seconds_.Add(labels).Set(layers[l].expert_ms / 1e3);
-      layer_hits_.Add(labels).Set(static_cast<double>(layers[l].gpu_hits));
-      layer_misses_.Add(labels).Set(static_cast<double>(layers[l].gpu_misses));
+      advance_to(layer_routed_.Add(labels), static_cast<double>(layers[l].routed));
+      advance_to(layer_seconds_.Add(labels), layers[l].expert_ms / 1e3);
+      advance_to(layer_hits_.Add(labels), static_cast<double>(layers[l].gpu_hits));
+      advance_to(layer_misses_.Add(labels), static_cast<double>(layers[l].gpu_misses));
     }
   }
   for (const engine::WorkerRecord& w : registry.snapshot()) {
     const prometheus::Labels labels{{"worker", w.id}, {"kind", "cpu"}};
     worker_up_.Add(labels).Set(w.state == engine::WorkerState::Ready ? 1 : 0);
-    worker_busy_.Add(labels).Set(w.busy_ms / 1e3);
-    worker_restarts_.Add(labels).Set(w.restarts);
+    advance_to(worker_busy_.Add(labels), (w.busy_ms_before + w.busy_ms) / 1e3);
+    advance_to(worker_restarts_.Add(labels), w.restarts);
   }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }

@@ -2,7 +2,8 @@
 // tokens, time to first token and per-token latency histograms, queue depth, and the CPU workers'
 // state and busy time. Counters and histograms are fed as things happen (the engine through
 // MetricsSink, the HTTP server per response); gauges are read from the engine and the worker
-// registry when scraped.
+// registry when scraped, and so are the counters whose totals are kept there (per-layer work,
+// worker busy time and restarts), which then advance by what those totals grew.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -47,12 +48,12 @@ class Metrics final : public engine::MetricsSink {
   prometheus::Gauge& queue_capacity_;
   prometheus::Gauge& running_;
   prometheus::Family<prometheus::Gauge>& worker_up_;
-  prometheus::Family<prometheus::Gauge>& worker_busy_;
-  prometheus::Family<prometheus::Gauge>& worker_restarts_;
-  prometheus::Family<prometheus::Gauge>& layer_routed_;
-  prometheus::Family<prometheus::Gauge>& layer_seconds_;
-  prometheus::Family<prometheus::Gauge>& layer_hits_;
-  prometheus::Family<prometheus::Gauge>& layer_misses_;
+  prometheus::Family<prometheus::Counter>& worker_busy_;
+  prometheus::Family<prometheus::Counter>& worker_restarts_;
+  prometheus::Family<prometheus::Counter>& layer_routed_;
+  prometheus::Family<prometheus::Counter>& layer_seconds_;
+  prometheus::Family<prometheus::Counter>& layer_hits_;
+  prometheus::Family<prometheus::Counter>& layer_misses_;
   std::mutex scrape_mu_;
 };
 

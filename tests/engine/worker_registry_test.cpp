@@ -52,5 +52,29 @@ TEST(WorkerRegistry, RestartCountsAndShutdownTellsWorkersToExit) {
   EXPECT_FALSE(r.heartbeat("cpu-0", 12, 0, 0));
 }
 
+// /metrics exports busy time as a counter: a restarted worker's fresh process starts from zero,
+// and what the dead one reported must stay in the total.
+TEST(WorkerRegistry, BusyTimeOfEarlierProcessesIsKeptAcrossRestarts) {
+  WorkerRegistry r;
+  r.expect("cpu-0", "/s");
+  ASSERT_EQ(r.register_worker(reg("cpu-0", 10, "/s")), "");
+  EXPECT_TRUE(r.heartbeat("cpu-0", 10, 1, 1.5));
+  EXPECT_TRUE(r.heartbeat("cpu-0", 10, 2, 2.5));  // each heartbeat: the process's total so far
+  r.mark_dead("cpu-0");
+  r.expect("cpu-0", "/s");
+  EXPECT_EQ(r.snapshot()[0].busy_ms, 0);
+  EXPECT_EQ(r.snapshot()[0].busy_ms_before, 2.5);
+  ASSERT_EQ(r.register_worker(reg("cpu-0", 12, "/s")), "");
+  EXPECT_TRUE(r.heartbeat("cpu-0", 12, 1, 0.5));
+  r.mark_dead("cpu-0");
+  r.expect("cpu-0", "/s");
+  ASSERT_EQ(r.register_worker(reg("cpu-0", 13, "/s")), "");
+  EXPECT_TRUE(r.heartbeat("cpu-0", 13, 1, 0.25));
+  const WorkerRecord w = r.snapshot()[0];
+  EXPECT_EQ(w.restarts, 2u);
+  EXPECT_EQ(w.busy_ms, 0.25);
+  EXPECT_EQ(w.busy_ms_before + w.busy_ms, 3.25);
+}
+
 }  // namespace
 }  // namespace moe::engine

@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/server/coordinator_harness.h"
 #include "tests/testdata.h"
@@ -208,6 +211,204 @@ TEST(LaunchScript, ForwardsSignalsAndLeavesNothingBehind) {
   auto bad = model::ChildProcess::spawn({script, "-m", "/nonexistent.gguf", "--port", "0"});
   ASSERT_TRUE(bad.wait_for(std::chrono::seconds(20)));
   EXPECT_EQ(bad.exit_code(), 1);
+}
+
+// What /proc lists as the children of `pid`, over all its threads (a child belongs to the thread
+// that started it).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream f(t.path() / "children");
+    for (pid_t c; f >> c;) out.push_back(c);
+  }
+  return out;
+}
+
+// NAME=value entries of a process's environment as it started.
+std::vector<std::string> environment_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::vector<std::string> out;
+  for (std::string e; std::getline(f, e, '\0');) out.push_back(e);
+  return out;
+}
+
+std::filesystem::path fresh_dir(const std::string& tag) {
+  const auto d =
+      std::filesystem::temp_directory_path() / ("moe_" + tag + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The processes of one run, watched from before a fault (so a recycled pid cannot pass for one
+// of them). Whatever still runs at the end is stopped (TERM, then KILL), so that a failing case
+// leaves nothing to the next.
+class Watched {
+ public:
+  void add(pid_t pid, const std::string& what) {
+    watches_.emplace_back(pid);
+    names_.push_back(what + " " + std::to_string(pid));
+  }
+  // Empty when all are gone within `limit`; otherwise the ones still running.
+  std::string alive_after(Ms limit) const {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      std::string alive;
+      for (size_t i = 0; i < watches_.size(); ++i) {
+        if (watches_[i].alive()) alive += names_[i] + " ";
+      }
+      if (alive.empty() || std::chrono::steady_clock::now() >= end) return alive;
+      std::this_thread::sleep_for(Ms(10));
+    }
+  }
+  ~Watched() {
+    for (const worker::ProcessWatch& w : watches_) {
+      if (w.alive()) ::kill(w.pid(), SIGTERM);
+    }
+    alive_after(Ms(3000));
+    for (const worker::ProcessWatch& w : watches_) {
+      if (w.alive()) ::kill(w.pid(), SIGKILL);
+    }
+  }
+
+ private:
+  std::vector<worker::ProcessWatch> watches_;
+  std::vector<std::string> names_;
+};
+
+// A SIGKILL of scripts/moe-coordinator runs none of its traps. The coordinator, which the script
+// asks to exit with it (MOE_EXIT_WITH_PARENT), and through it the workers are gone within 2 s.
+TEST(LaunchScript, KilledScriptLeavesNoCoordinatorOrWorkers) {
+  ::setenv("MOE_BIN_DIR", kBinDir.c_str(), 1);
+  const auto dir = fresh_dir("script_kill");
+  const std::string ready = (dir / "ready").string();
+  auto sh = model::ChildProcess::spawn({std::string(MOE_SOURCE_DIR) + "/scripts/moe-coordinator",
+                                        "-m", model_path(), "--port", "0", "--http-port", "0", "-c",
+                                        "256", "--ready-file", ready});
+  ASSERT_TRUE(
+      wait_until([&] { return std::filesystem::exists(ready) || !sh.running(); }, Ms(60000)));
+  ASSERT_TRUE(sh.running()) << sh.describe();
+  const std::vector<pid_t> coord = children_of(sh.pid());
+  ASSERT_EQ(coord.size(), 1u);
+  const std::vector<pid_t> workers = children_of(coord[0]);
+  ASSERT_FALSE(workers.empty());
+  Watched run;
+  run.add(coord[0], "moe-coordinator");
+  for (pid_t w : workers) run.add(w, "moe-cpu-worker");
+
+  sh.kill();
+  EXPECT_EQ(run.alive_after(Ms(2000)), "");
+  // It stopped as on SIGTERM: segments and its ready file removed.
+  EXPECT_TRUE(wait_until([&] { return segments_of(coord[0]).empty(); }, Ms(1000)));
+  EXPECT_FALSE(std::filesystem::exists(ready));
+  std::filesystem::remove_all(dir);
+}
+
+// The same through scripts/with-mps, which scripts/moe-coordinator puts between itself and the
+// coordinator for --gpu-executor process. That needs a GPU, so a shell stands in for the script
+// (it sets MOE_EXIT_WITH_PARENT and runs with-mps as a child) and a fake daemon for NVIDIA's MPS.
+// with-mps passes the request on, and stops its daemon once the coordinator is gone.
+TEST(LaunchScript, KilledParentOfWithMpsLeavesNothing) {
+  const auto dir = fresh_dir("with_mps_kill");
+  const std::string ready = (dir / "ready").string();
+  std::filesystem::create_directories(dir / "bin");
+  std::filesystem::create_symlink(
+      std::string(MOE_SOURCE_DIR) + "/tests/server/fake-nvidia-cuda-mps-control",
+      dir / "bin/nvidia-cuda-mps-control");
+  auto parent = model::ChildProcess::spawn(
+      {"/bin/bash", "-c", R"(export MOE_EXIT_WITH_PARENT=$$ PATH="$0:$PATH"; "$@" & wait)",
+       (dir / "bin").string(), std::string(MOE_SOURCE_DIR) + "/scripts/with-mps",
+       kBinDir + "/moe-coordinator", "-m", model_path(), "--port", "0", "-c", "256", "--ready-file",
+       ready});
+  ASSERT_TRUE(
+      wait_until([&] { return std::filesystem::exists(ready) || !parent.running(); }, Ms(60000)));
+  ASSERT_TRUE(parent.running()) << parent.describe();
+  const std::vector<pid_t> with_mps = children_of(parent.pid());
+  ASSERT_EQ(with_mps.size(), 1u);
+  const std::vector<pid_t> coord = children_of(with_mps[0]);
+  ASSERT_EQ(coord.size(), 1u);
+  const std::vector<pid_t> workers = children_of(coord[0]);
+  ASSERT_FALSE(workers.empty());
+  // The coordinator runs under the (fake) daemon.
+  std::string pipe_dir;
+  bool mps_active = false;
+  for (const std::string& e : environment_of(coord[0])) {
+    if (e.rfind("CUDA_MPS_PIPE_DIRECTORY=", 0) == 0) pipe_dir = e.substr(e.find('=') + 1);
+    if (e == "MOE_MPS_ACTIVE=1") mps_active = true;
+  }
+  ASSERT_TRUE(mps_active);
+  ASSERT_FALSE(pipe_dir.empty());
+  const pid_t daemon = std::atoi(read_file(pipe_dir + "/nvidia-cuda-mps-control.pid").c_str());
+  ASSERT_GT(daemon, 0);
+  Watched run, mps;
+  run.add(coord[0], "moe-coordinator");
+  for (pid_t w : workers) run.add(w, "moe-cpu-worker");
+  mps.add(with_mps[0], "with-mps");
+  mps.add(daemon, "MPS daemon");
+
+  parent.kill();
+  EXPECT_EQ(run.alive_after(Ms(2000)), "");
+  // Then with-mps tells the daemon to quit (it polls it every 0.1 s) and removes its directories.
+  EXPECT_EQ(mps.alive_after(Ms(3000)), "");
+  EXPECT_TRUE(wait_until([&] { return !std::filesystem::exists(pipe_dir); }, Ms(1000)));
+  EXPECT_TRUE(wait_until([&] { return segments_of(coord[0]).empty(); }, Ms(1000)));
+  EXPECT_FALSE(std::filesystem::exists(ready));
+  std::filesystem::remove_all(dir);
+}
+
+// --ready-file names a file for the coordinator to create. One that is already there (another
+// program's, or one left by a run killed with SIGKILL) is refused before anything starts, with
+// a message naming it, and left as it was.
+TEST(ReadyFile, AnExistingFileIsRefusedAndLeftAlone) {
+  const auto dir = fresh_dir("ready_exists");
+  const std::string ready = (dir / "ready").string(), log = (dir / "log").string();
+  std::ofstream(ready) << "precious\n";
+  auto p = model::ChildProcess::spawn({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + log + "'",
+                                       kBinDir + "/moe-coordinator", "-m", model_path(), "--port",
+                                       "0", "-c", "256", "--ready-file", ready});
+  ASSERT_TRUE(p.wait_for(std::chrono::seconds(20))) << "it started anyway";
+  EXPECT_EQ(p.exit_code(), 1);
+  EXPECT_EQ(read_file(ready), "precious\n");
+  const std::string err = read_file(log);
+  EXPECT_NE(err.find("--ready-file " + ready + " already exists"), std::string::npos) << err;
+  std::filesystem::remove_all(dir);
+}
+
+// Its own file appears whole (written aside, then linked into place) and is removed at exit only
+// while it is still the file the coordinator wrote: one put in its place meanwhile is someone
+// else's.
+TEST(ReadyFile, OnlyTheCoordinatorsOwnFileIsRemovedAtExit) {
+  const auto dir = fresh_dir("ready_own");
+  const std::filesystem::path ready = dir / "ready";
+  auto p = model::ChildProcess::spawn({kBinDir + "/moe-coordinator", "-m", model_path(), "--port",
+                                       "0", "-c", "256", "--ready-file", ready.string()});
+  ASSERT_TRUE(
+      wait_until([&] { return std::filesystem::exists(ready) || !p.running(); }, Ms(60000)));
+  ASSERT_TRUE(p.running()) << p.describe();
+  const std::string text = read_file(ready);
+  EXPECT_EQ(text.rfind("127.0.0.1:", 0), 0u) << text;
+  EXPECT_EQ(text.back(), '\n') << text;
+  size_t entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++entries;
+    EXPECT_EQ(e.path(), ready) << "left behind";
+  }
+  EXPECT_EQ(entries, 1u);
+
+  std::ofstream(dir / "other") << "someone else's\n";
+  std::filesystem::rename(dir / "other", ready);
+  ::kill(p.pid(), SIGTERM);
+  ASSERT_TRUE(p.wait_for(std::chrono::seconds(10)));
+  EXPECT_EQ(p.exit_code(), 0);
+  EXPECT_EQ(read_file(ready), "someone else's\n");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
