@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tests/server/coordinator_harness.h"
+#include "tests/server/http_client.h"
 #include "tests/testdata.h"
 
 namespace moe::test {
@@ -19,42 +20,6 @@ using json = nlohmann::json;
 using Ms = std::chrono::milliseconds;
 
 std::string model_path() { return (testdata_dir() / "models/tiny-qwen3moe-sv-Q8_0.gguf").string(); }
-
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
-
-// curl with the body in a file (no shell quoting of JSON); the status code is the last line.
-HttpReply curl(const std::string& method, const std::string& url, const std::string& body = "",
-               const std::string& extra = "") {
-  static int n = 0;
-  const std::string file =
-      (std::filesystem::temp_directory_path() /
-       ("moe_http_body_" + std::to_string(::getpid()) + "_" + std::to_string(n++)))
-          .string();
-  std::string cmd =
-      "curl -sS -N --max-time 60 -X " + method + " " + extra + " -w '\\n%{http_code}' ";
-  if (!body.empty()) {
-    std::ofstream(file, std::ios::binary) << body;
-    cmd += "-H 'Content-Type: application/json' --data-binary @" + file + " ";
-  }
-  cmd += "'" + url + "' 2>&1";
-  HttpReply r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) r.body.append(buf, got);
-  ::pclose(p);
-  std::filesystem::remove(file);
-  const size_t nl = r.body.rfind('\n');
-  if (nl != std::string::npos) {
-    r.status = std::atoi(r.body.c_str() + nl + 1);
-    r.body.resize(nl);
-  }
-  return r;
-}
 
 // The JSON objects of an SSE stream's `data:` lines; `done` tells whether [DONE] ended it.
 std::vector<json> sse_events(const std::string& body, bool* done) {
@@ -84,14 +49,6 @@ std::string chat_body(const std::string& user, int max_tokens, bool stream) {
             {"stream", stream}};
   if (stream) b["stream_options"] = {{"include_usage", true}};
   return b.dump();
-}
-
-void expect_error(const HttpReply& r, int status, const std::string& part) {
-  EXPECT_EQ(r.status, status) << r.body;
-  const json j = json::parse(r.body, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << r.body;
-  ASSERT_TRUE(j.contains("error")) << r.body;
-  EXPECT_NE(j["error"]["message"].get<std::string>().find(part), std::string::npos) << r.body;
 }
 
 class Http : public ::testing::Test {
@@ -291,8 +248,9 @@ TEST(HttpLoad, FullQueueIs429AndDrainingIs503) {
   EXPECT_NE(metrics.find("moe_time_to_first_token_seconds_count"), std::string::npos);
   EXPECT_NE(metrics.find("moe_http_requests_total"), std::string::npos);
   EXPECT_NE(metrics.find("code=\"429\""), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("moe_layer_routed_items{layer=\"0\"}"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("moe_layer_gpu_hits{layer=\"0\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("moe_layer_routed_items_total{layer=\"0\"}"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("moe_layer_gpu_hits_total{layer=\"0\"}"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("moe_worker_up{"), std::string::npos) << metrics;
   EXPECT_TRUE(c.stop());
 }
