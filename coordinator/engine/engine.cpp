@@ -144,7 +144,9 @@ void Engine::run_probes() {
   try {
     if (opt_.prepare) opt_.prepare();
     // A scratch sequence of its own: whatever is running keeps its cache untouched.
-    model::KvCache cache = model_.make_cache(1, opt_.k_type, opt_.v_type);
+    if (!probe_cache_) probe_cache_.emplace(model_.make_cache(1, opt_.k_type, opt_.v_type));
+    model::KvCache& cache = *probe_cache_;
+    cache.clear();
     const int32_t token = tok_.bos_id() >= 0 ? tok_.bos_id() : 0;
     // Its own logits too: a running job's row may not have been sampled yet.
     std::vector<float> logits(logits_.size());
@@ -183,13 +185,20 @@ void Engine::run_job(Job& job) {
     end.error = JobError::Internal;
     end.message = e.what();
   }
+  // A cancelled job's cache is consistent (the cancel is seen between forwards); after anything
+  // else the next job starts cold rather than trust it.
+  if (end.kind == JobEvent::Failed && end.error != JobError::Cancelled && slot_.cache) {
+    slot_.cache->clear();
+    slot_.tokens.clear();
+  }
   if (opt_.metrics != nullptr) {
     const auto outcome = end.kind == JobEvent::Finish       ? MetricsSink::Outcome::Ok
                          : end.error == JobError::Cancelled ? MetricsSink::Outcome::Cancelled
                                                             : MetricsSink::Outcome::Failed;
     // What was computed, however the job ended: a stream the client closed midway still cost
     // its tokens.
-    opt_.metrics->job_end(outcome, progress.prompt_tokens, progress.generated_tokens);
+    opt_.metrics->job_end(outcome, progress.prompt_tokens, progress.cached_tokens,
+                          progress.generated_tokens);
   }
   std::optional<model::ExpertRuntimeStats> experts = model_.expert_runtime();
   {
@@ -234,7 +243,23 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
   int64_t n_ctx = opt_.n_ctx;
   if (req.max_tokens > 0) n_ctx = std::min(n_ctx, n_prompt + req.max_tokens - 1);
   n_ctx = std::max(n_ctx, n_prompt);
-  model::KvCache cache = model_.make_cache(n_ctx, opt_.k_type, opt_.v_type);
+  if (!slot_.cache) slot_.cache.emplace(model_.make_cache(opt_.n_ctx, opt_.k_type, opt_.v_type));
+  model::KvCache& cache = *slot_.cache;
+  // The prompt cache: keep the common prefix of the cached tokens and the prompt, but evaluate at
+  // least the last prompt token (its logits choose the first new token).
+  int64_t reuse = 0;
+  if (req.cache_prompt) {
+    const size_t common =
+        static_cast<size_t>(std::mismatch(slot_.tokens.begin(), slot_.tokens.end(),
+                                          req.prompt.begin(), req.prompt.end())
+                                .first -
+                            slot_.tokens.begin());
+    reuse = std::min<int64_t>(static_cast<int64_t>(common), n_prompt - 1);
+    if (!cache.can_truncate_to(reuse)) reuse = 0;  // a recurrent state: all of it or nothing
+  }
+  cache.truncate(reuse);
+  slot_.tokens.resize(static_cast<size_t>(reuse));
+  progress->cached_tokens = reuse;
 
   sampling::DryVocab dry_vocab;
   dry_vocab.piece = [this](int32_t id) { return tok_.token_piece(id, true); };
@@ -243,13 +268,15 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
   *seed_out = sampler.seed();
   for (int32_t t : req.prompt) sampler.accept(t);
 
-  // Prompt in batches, checking for cancellation and serving probes between them.
-  for (int64_t i = 0; i < n_prompt; i += opt_.n_batch) {
+  // The rest of the prompt in batches, checking for cancellation and serving probes between
+  // them.
+  for (int64_t i = reuse; i < n_prompt; i += opt_.n_batch) {
     check();
     const int64_t n = std::min(opt_.n_batch, n_prompt - i);
     model_.forward(std::span<const int32_t>(req.prompt.data() + i, static_cast<size_t>(n)), cache,
                    model::LogitsMode::Last, logits_.data());
-    progress->prompt_tokens = i + n;
+    slot_.tokens.insert(slot_.tokens.end(), req.prompt.begin() + i, req.prompt.begin() + i + n);
+    progress->prompt_tokens = i + n - reuse;
     if (i + n < n_prompt) run_probes();
   }
   const Clock::time_point t_prompt = Clock::now();
@@ -259,6 +286,7 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
   JobEvent fin;
   fin.kind = JobEvent::Finish;
   fin.prompt_tokens = n_prompt;
+  fin.cached_tokens = reuse;
   fin.seed = sampler.seed();
   int64_t n_gen = 0, steps = 0;
   Clock::time_point t_last_token = t_prompt;
@@ -299,7 +327,7 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
       fin.reason = FinishReason::Length;
       break;
     }
-    if (cache.n_past() >= cache.n_ctx()) {
+    if (cache.n_past() >= n_ctx) {
       fin.reason = FinishReason::Context;
       break;
     }
@@ -307,6 +335,7 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
     check();
     model_.forward(std::span<const int32_t>(&token, 1), cache, model::LogitsMode::Last,
                    logits_.data());
+    slot_.tokens.push_back(token);
     ++steps;
   }
   if (fin.reason != FinishReason::StopString) {

@@ -1,7 +1,8 @@
 // The coordinator's generation engine: a bounded FIFO of jobs and one scheduler thread that runs
 // them one sequence at a time over the model (prompt in batches, then one token per step), checks
-// cancellation between steps, and streams events back into each Job. Jobs own their KV cache, so
-// nothing here assumes a single sequence beyond the scheduler running one at a time.
+// cancellation between steps, and streams events back into each Job. The KV cache outlives the
+// job (the prompt cache, llama-server's cache_prompt): the next job keeps the longest common
+// prefix of its prompt with the tokens the cache holds and evaluates only the rest.
 //
 // Health probes (grpc.health.v1 Check) run a real one-token forward on the scheduler thread,
 // between the steps of whatever is running, so a long generation does not make the server look
@@ -88,7 +89,7 @@ class Engine {
   // Tokens a job got through, kept up to date as it runs so that the work of a job that is
   // cancelled or fails midway is counted too.
   struct Progress {
-    int64_t prompt_tokens = 0, generated_tokens = 0;
+    int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   };
   // Generates for `job`; returns the Finish event (Failed events are thrown as exceptions).
   JobEvent generate(Job& job, uint32_t* seed, Progress* progress);
@@ -107,6 +108,18 @@ class Engine {
   bool busy_ = false;
   EngineStats stats_;
   std::atomic<bool> stopping_{false};  // read between tokens without the lock
+
+  // The prompt cache: the last job's sequence, kept when it ends, and the tokens whose K/V (and
+  // recurrent state) it holds, always exactly cache->n_past() of them (a forward that throws
+  // leaves the cache as it was). Scheduler thread only.
+  struct Slot {
+    std::optional<model::KvCache> cache;  // made at the first job, n_ctx positions
+    std::vector<int32_t> tokens;
+  };
+  Slot slot_;
+  // The probes' own sequence, at a fixed address: a GPU forward keeps per-cache state and must
+  // not hand the slot's to a probe.
+  std::optional<model::KvCache> probe_cache_;
 
   std::vector<float> logits_;
   std::thread scheduler_;  // last: started once everything above exists

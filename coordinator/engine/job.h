@@ -27,6 +27,9 @@ struct JobRequest {
   int64_t max_tokens = 0;  // 0: until end of generation or the context is full
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // Reuse the prompt cache (the previous job's sequence) for the prompt's common prefix
+  // (llama-server's cache_prompt; the logits match a cold evaluation within rounding).
+  bool cache_prompt = true;
 };
 
 enum class FinishReason { Eog, Length, StopString, Context };
@@ -48,6 +51,7 @@ struct JobEvent {
   FinishReason reason = FinishReason::Eog;
   std::string stop_string;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of prompt_tokens, taken from the prompt cache, not evaluated
   uint32_t seed = 0;
   JobTimings timings;
   // Failed

@@ -81,8 +81,11 @@ GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache)
     if (s.owner_ == &cache) slot = &s;
   }
   if (cache.n_past() != 0) {
-    // Continuing: only a sequence evaluated here up to exactly this position has its state here.
-    if (!slot || slot->past_ != cache.n_past()) {
+    // Continuing: only a sequence evaluated here up to this position has its state here; up to
+    // exactly this position for a recurrent state, at least this far for K/V rows alone (a prompt
+    // cache keeps a prefix, KvCache::truncate, and the rows past it are written again).
+    const bool rewound_kv_only = slot && !cfg_.has_recurrent() && slot->past_ > cache.n_past();
+    if (!slot || (slot->past_ != cache.n_past() && !rewound_kv_only)) {
       throw Error(
           "GPU model: the state of this sequence is not in VRAM (a sequence must be evaluated "
           "from position 0 by this model, and at most " +

@@ -70,7 +70,7 @@ std::string request_id(const char* prefix) {
 // What one generation request accumulates: text routed through the Qwen parser for chat.
 struct Collected {
   ParsedDelta all;
-  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
 };
 
@@ -323,11 +323,12 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
       if (chat) c.all.append(parser.finish());
       c.prompt_tokens = ev->prompt_tokens;
       c.completion_tokens = ev->completion_tokens;
+      c.cached_tokens = ev->cached_tokens;
       c.reason = server::finish_reason_to_proto(ev->reason);
       break;
     }
     const std::string_view reason = finish_reason_name(c.reason, !c.all.tool_calls.empty());
-    const Usage usage{c.prompt_tokens, c.completion_tokens};
+    const Usage usage{c.prompt_tokens, c.completion_tokens, c.cached_tokens};
     const json out = chat ? chat_completion(id, created, model, c.all, reason, usage)
                           : text_completion(id, created, model, c.all.content, reason, usage);
     res.set_content(dump_lenient(out), "application/json");
@@ -389,7 +390,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
                                   reason)
                      : text_chunk(id, created, model, "", reason));
           if (opts.include_usage) {
-            const Usage usage{ev->prompt_tokens, ev->completion_tokens};
+            const Usage usage{ev->prompt_tokens, ev->completion_tokens, ev->cached_tokens};
             write(chat ? chat_usage_chunk(id, created, model, usage)
                        : text_usage_chunk(id, created, model, usage));
           }

@@ -35,6 +35,11 @@ Metrics::Metrics()
                          .Help("Prompt tokens evaluated")
                          .Register(*registry_)
                          .Add({})),
+      cached_tokens_(prometheus::BuildCounter()
+                         .Name("moe_prompt_cached_tokens_total")
+                         .Help("Prompt tokens taken from the prompt cache instead of evaluated")
+                         .Register(*registry_)
+                         .Add({})),
       generated_tokens_(prometheus::BuildCounter()
                             .Name("moe_generated_tokens_total")
                             .Help("Tokens generated")
@@ -101,12 +106,14 @@ void Metrics::first_token(double seconds) { ttft_.Observe(seconds); }
 
 void Metrics::token_gap(double seconds) { token_latency_.Observe(seconds); }
 
-void Metrics::job_end(Outcome outcome, int64_t prompt_tokens, int64_t generated_tokens) {
+void Metrics::job_end(Outcome outcome, int64_t prompt_tokens, int64_t cached_tokens,
+                      int64_t generated_tokens) {
   const char* name = outcome == Outcome::Ok          ? "ok"
                      : outcome == Outcome::Cancelled ? "cancelled"
                                                      : "failed";
   jobs_.Add({{"outcome", name}}).Increment();
   prompt_tokens_.Increment(static_cast<double>(prompt_tokens));
+  cached_tokens_.Increment(static_cast<double>(cached_tokens));
   generated_tokens_.Increment(static_cast<double>(generated_tokens));
 }
 

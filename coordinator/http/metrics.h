@@ -28,7 +28,8 @@ class Metrics final : public engine::MetricsSink {
 
   void first_token(double seconds) override;
   void token_gap(double seconds) override;
-  void job_end(Outcome outcome, int64_t prompt_tokens, int64_t generated_tokens) override;
+  void job_end(Outcome outcome, int64_t prompt_tokens, int64_t cached_tokens,
+               int64_t generated_tokens) override;
 
   // One HTTP response, by route ("/v1/chat/completions", ...) and status code.
   void http_response(const std::string& route, int status);
@@ -41,6 +42,7 @@ class Metrics final : public engine::MetricsSink {
   prometheus::Family<prometheus::Counter>& http_requests_;
   prometheus::Family<prometheus::Counter>& jobs_;
   prometheus::Counter& prompt_tokens_;
+  prometheus::Counter& cached_tokens_;
   prometheus::Counter& generated_tokens_;
   prometheus::Histogram& ttft_;
   prometheus::Histogram& token_latency_;

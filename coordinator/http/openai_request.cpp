@@ -168,6 +168,9 @@ void read_sampling(const Json& body, v1::GenerateRequest& req) {
     if (seed >= 0) req.set_seed(static_cast<uint32_t>(seed));
   }
   if (const Json* v = find(body, "ignore_eos")) req.set_ignore_eos(get_bool(*v, "ignore_eos"));
+  if (const Json* v = find(body, "cache_prompt")) {
+    req.set_cache_prompt(get_bool(*v, "cache_prompt"));
+  }
   read_max_tokens(body, req);
   read_stop(body, req);
 }

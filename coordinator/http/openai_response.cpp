@@ -19,13 +19,14 @@ Json reason_or_null(std::optional<std::string_view> finish_reason) {
 }  // namespace
 
 Usage usage_of(const v1::Finish& finish) {
-  return Usage{finish.prompt_tokens(), finish.completion_tokens()};
+  return Usage{finish.prompt_tokens(), finish.completion_tokens(), finish.cached_tokens()};
 }
 
 nlohmann::ordered_json usage_json(const Usage& usage) {
   return Json{{"prompt_tokens", usage.prompt_tokens},
               {"completion_tokens", usage.completion_tokens},
-              {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+              {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+              {"prompt_tokens_details", Json{{"cached_tokens", usage.cached_tokens}}}};
 }
 
 std::string_view finish_reason_name(v1::FinishReason reason, bool had_tool_calls) {

@@ -20,6 +20,7 @@ namespace moe::http {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of prompt_tokens, from the prompt cache
 };
 
 // The token counts of a finished generation.

@@ -1,6 +1,5 @@
 #include "coordinator/model/kv_cache.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -124,6 +123,19 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_
     L.v.resize(L.v_row_bytes * static_cast<size_t>(n_ctx));
   }
   if (!cfg.recurrent.empty() && storage == KvStorage::Host) rs_ = RecurrentState(cfg);
+  recurrent_ = cfg.has_recurrent();
+}
+
+void KvCache::truncate(int64_t n) {
+  if (!can_truncate_to(n)) {
+    throw Error("KV cache: cannot keep " + std::to_string(n) + " of " + std::to_string(n_past_) +
+                " positions" + (recurrent_ ? " (a recurrent state cannot be rewound)" : ""));
+  }
+  if (n == 0) {
+    clear();
+    return;
+  }
+  n_past_ = n;
 }
 
 void KvCache::require_host(const char* what) const {

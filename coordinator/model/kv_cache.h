@@ -71,6 +71,14 @@ class KvCache {
     n_past_ = 0;
     rs_.reset();
   }
+  // Whether truncate(n) may keep the first n positions: attention K/V rows past n are simply
+  // written again, but a recurrent state holds every position it saw and cannot be rewound, so a
+  // hybrid model's cache keeps all its positions or none.
+  bool can_truncate_to(int64_t n) const {
+    return n >= 0 && n <= n_past_ && (n == n_past_ || n == 0 || !recurrent_);
+  }
+  // Keeps positions [0, n) (the prompt cache's common prefix); moe::Error unless can_truncate_to.
+  void truncate(int64_t n);
 
  private:
   void require_host(const char* what) const;  // throws for KvStorage::None
@@ -83,6 +91,7 @@ class KvCache {
   int64_t n_past_ = 0;
   KvType k_type_, v_type_;
   KvStorage storage_;
+  bool recurrent_ = false;  // the model has recurrent layers (wherever their state lives)
   std::vector<Layer> layers_;
   RecurrentState rs_;
 };

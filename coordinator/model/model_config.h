@@ -41,6 +41,12 @@ struct ModelConfig {
   bool is_recurrent(int64_t layer) const {
     return !recurrent.empty() && recurrent[static_cast<size_t>(layer)] != 0;
   }
+  bool has_recurrent() const {
+    for (uint8_t r : recurrent) {
+      if (r != 0) return true;
+    }
+    return false;
+  }
   int64_t ssm_head_v() const { return ssm_n_v_heads ? ssm_inner / ssm_n_v_heads : 0; }
   // Conv channels: q and k (n_k_heads * head_k each), then v (ssm_inner).
   int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_inner; }

@@ -30,13 +30,14 @@ void fill_finish(const engine::JobEvent& ev, v1::Finish& f) {
   f.set_stop_string(ev.stop_string);
   f.set_prompt_tokens(static_cast<int32_t>(ev.prompt_tokens));
   f.set_completion_tokens(static_cast<int32_t>(ev.completion_tokens));
+  f.set_cached_tokens(static_cast<int32_t>(ev.cached_tokens));
   f.set_seed(ev.seed);
   v1::Timings& t = *f.mutable_timings();
   t.set_queue_ms(ev.timings.queue_ms);
   t.set_prompt_ms(ev.timings.prompt_ms);
   t.set_generation_ms(ev.timings.generation_ms);
   if (ev.timings.prompt_ms > 0) {
-    t.set_prompt_tokens_per_second(1e3 * static_cast<double>(ev.prompt_tokens) /
+    t.set_prompt_tokens_per_second(1e3 * static_cast<double>(ev.prompt_tokens - ev.cached_tokens) /
                                    ev.timings.prompt_ms);
   }
   if (ev.timings.generation_ms > 0) {

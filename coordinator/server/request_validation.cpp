@@ -203,6 +203,7 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
     out.stop.push_back(req.stop(i));
   }
   out.ignore_eos = req.ignore_eos();
+  out.cache_prompt = !req.has_cache_prompt() || req.cache_prompt();
   try {
     apply_sampling(req.sampling(), out.sampling);
     out.sampling.seed = req.has_seed() ? req.seed() : sampling::kRandomSeed;

@@ -650,21 +650,24 @@ TEST(Response, UsageOfFinish) {
   v1::Finish f;
   f.set_prompt_tokens(12);
   f.set_completion_tokens(30);
+  f.set_cached_tokens(9);
   const Usage u = usage_of(f);
   EXPECT_EQ(u.prompt_tokens, 12);
   EXPECT_EQ(u.completion_tokens, 30);
-  EXPECT_EQ(usage_json(u).dump(),
-            R"({"prompt_tokens":12,"completion_tokens":30,"total_tokens":42})");
+  EXPECT_EQ(u.cached_tokens, 9);
+  EXPECT_EQ(usage_json(u).dump(), R"({"prompt_tokens":12,"completion_tokens":30,"total_tokens":42,)"
+                                  R"("prompt_tokens_details":{"cached_tokens":9}})");
 }
 
 TEST(Response, ChatCompletionPlain) {
   ParsedDelta all;
   all.content = "Hello!";
-  EXPECT_EQ(chat_completion("chatcmpl-1", 1700000000, "qwen3", all, "stop", {5, 2}).dump(),
-            R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,)"
-            R"("model":"qwen3","choices":[{"index":0,"message":{"role":"assistant",)"
-            R"("content":"Hello!"},"logprobs":null,"finish_reason":"stop"}],)"
-            R"("usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}})");
+  EXPECT_EQ(
+      chat_completion("chatcmpl-1", 1700000000, "qwen3", all, "stop", {5, 2}).dump(),
+      R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,)"
+      R"("model":"qwen3","choices":[{"index":0,"message":{"role":"assistant",)"
+      R"("content":"Hello!"},"logprobs":null,"finish_reason":"stop"}],)"
+      R"("usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(Response, ChatCompletionWithReasoningAndToolCalls) {
@@ -715,27 +718,30 @@ TEST(Response, ChatChunk) {
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(last["usage"]["total_tokens"], 7);
   EXPECT_FALSE(chat_chunk("i", 1, "m", J::object(), "stop").contains("usage"));
-  EXPECT_EQ(chat_usage_chunk("chatcmpl-9", 42, "qwen3", {3, 4}).dump(),
-            R"({"id":"chatcmpl-9","object":"chat.completion.chunk","created":42,)"
-            R"("model":"qwen3","choices":[],)"
-            R"("usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
+  EXPECT_EQ(
+      chat_usage_chunk("chatcmpl-9", 42, "qwen3", {3, 4}).dump(),
+      R"({"id":"chatcmpl-9","object":"chat.completion.chunk","created":42,)"
+      R"("model":"qwen3","choices":[],)"
+      R"("usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(Response, TextCompletionAndChunks) {
-  EXPECT_EQ(text_completion("cmpl-1", 7, "tiny", " there was", "length", {4, 3}).dump(),
-            R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",)"
-            R"("choices":[{"text":" there was","index":0,"logprobs":null,)"
-            R"("finish_reason":"length"}],)"
-            R"("usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}})");
+  EXPECT_EQ(
+      text_completion("cmpl-1", 7, "tiny", " there was", "length", {4, 3}).dump(),
+      R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",)"
+      R"("choices":[{"text":" there was","index":0,"logprobs":null,)"
+      R"("finish_reason":"length"}],)"
+      R"("usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}})");
   EXPECT_EQ(text_chunk("cmpl-1", 7, "tiny", " there", std::nullopt).dump(),
             R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",)"
             R"("choices":[{"text":" there","index":0,"logprobs":null,"finish_reason":null}]})");
   const J last = text_chunk("cmpl-1", 7, "tiny", "", "stop", Usage{1, 2});
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(last["usage"]["completion_tokens"], 2);
-  EXPECT_EQ(text_usage_chunk("cmpl-1", 7, "tiny", {1, 2}).dump(),
-            R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",)"
-            R"("choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}})");
+  EXPECT_EQ(
+      text_usage_chunk("cmpl-1", 7, "tiny", {1, 2}).dump(),
+      R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",)"
+      R"("choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(Response, ModelsList) {

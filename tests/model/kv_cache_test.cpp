@@ -180,3 +180,82 @@ TEST(KvCache, StoresAndReadsBackEveryType) {
 }
 
 }  // namespace
+
+namespace prompt_cache {
+
+std::vector<float> last_logits(ModelArch& model, KvCache& cache, std::span<const int32_t> tokens,
+                               const ForwardHooks* hooks) {
+  std::vector<float> row(static_cast<size_t>(model.config().n_vocab));
+  model.forward(tokens, cache, LogitsMode::Last, row.data(), hooks);
+  return row;
+}
+
+// The prompt cache keeps a prefix of an earlier sequence (KvCache::truncate) and evaluates only
+// the rest. With routing forced to the golden experts its logits are those of a cold one-batch
+// evaluation within the F16 model's bounds, and exactly those of a cold evaluation split at the
+// same place: the rows of the discarded tokens leave no trace.
+TEST(KvCache, PromptCachePrefixEvaluatesLikeAColdPrompt) {
+  const fs::path root = moe::test::testdata_dir();
+  const auto file = moe::gguf::GgufFile::open((root / "models/tiny-qwen3moe-sv-F16.gguf").string());
+  moe::cpu::ThreadPool pool(1);
+  auto model = create_model_arch(file, pool);
+  const fs::path dir = root / "golden/tiny-qwen3moe-sv-F16/chat";
+  const auto prompt = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
+  ForcedRouting forced(dir.string(), model->config().n_layer, model->config().n_expert_used);
+  const ForwardHooks hooks = forced.hooks();
+  const std::span<const int32_t> all(prompt);
+  const size_t k = prompt.size() / 2;
+  ASSERT_GT(k, 4u);
+
+  KvCache cold = model->make_cache(256, KvType::F16, KvType::F16);
+  const std::vector<float> one_batch = last_logits(*model, cold, all, &hooks);
+
+  KvCache split = model->make_cache(256, KvType::F16, KvType::F16);
+  last_logits(*model, split, all.first(k), &hooks);
+  const std::vector<float> two_batches = last_logits(*model, split, all.subspan(k), &hooks);
+
+  // An earlier conversation that went elsewhere after the first k tokens.
+  KvCache reused = model->make_cache(256, KvType::F16, KvType::F16);
+  last_logits(*model, reused, all.first(k), &hooks);
+  std::vector<int32_t> other(all.rbegin(), all.rbegin() + 7);
+  last_logits(*model, reused, other, &hooks);
+  ASSERT_TRUE(reused.can_truncate_to(static_cast<int64_t>(k)));
+  reused.truncate(static_cast<int64_t>(k));
+  EXPECT_EQ(reused.n_past(), static_cast<int64_t>(k));
+  const std::vector<float> cached = last_logits(*model, reused, all.subspan(k), &hooks);
+
+  ASSERT_EQ(cached.size(), one_batch.size());
+  double mx = 0, ss = 0;
+  for (size_t i = 0; i < cached.size(); ++i) {
+    EXPECT_EQ(cached[i], two_batches[i]) << "logit " << i;
+    const double d = static_cast<double>(cached[i]) - one_batch[i];
+    mx = std::max(mx, std::fabs(d));
+    ss += d * d;
+  }
+  EXPECT_LE(mx, 0.05);
+  EXPECT_LE(std::sqrt(ss / static_cast<double>(cached.size())), 0.01);
+  std::printf("[prompt-cache] vs one batch: max %.2g rms %.2g\n", mx,
+              std::sqrt(ss / static_cast<double>(cached.size())));
+}
+
+// A recurrent state holds every position it saw: a hybrid model's cache keeps all or none.
+TEST(KvCache, RecurrentStateCannotBeRewound) {
+  const auto file = moe::gguf::GgufFile::open(
+      (moe::test::qwen35moe_testdata_dir() / "models/tiny-qwen35moe-sv-F16.gguf").string());
+  moe::cpu::ThreadPool pool(1);
+  auto model = create_model_arch(file, pool);
+  KvCache cache = model->make_cache(64, KvType::F16, KvType::F16);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};
+  last_logits(*model, cache, tokens, nullptr);
+  EXPECT_FALSE(cache.can_truncate_to(3));
+  EXPECT_THROW(cache.truncate(3), moe::Error);
+  EXPECT_EQ(cache.n_past(), 6);
+  EXPECT_TRUE(cache.can_truncate_to(6));
+  cache.truncate(6);
+  EXPECT_EQ(cache.n_past(), 6);
+  EXPECT_FALSE(cache.can_truncate_to(7));
+  cache.truncate(0);
+  EXPECT_EQ(cache.n_past(), 0);
+}
+
+}  // namespace prompt_cache
