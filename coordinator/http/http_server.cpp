@@ -16,6 +16,7 @@
 #include "common/bounded_json.h"
 #include "common/error.h"
 #include "coordinator/http/connection_pool.h"
+#include "coordinator/http/llama_routes.h"
 #include "coordinator/http/openai_request.h"
 #include "coordinator/http/openai_response.h"
 #include "coordinator/http/peer_socket.h"
@@ -224,8 +225,10 @@ void HttpServer::routes() {
       });
   s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Known routes only, so a scanner's random paths cannot grow the label set.
-    static const std::set<std::string> known = {"/health", "/metrics", "/v1/models",
-                                                "/v1/chat/completions", "/v1/completions"};
+    static const std::set<std::string> known = {
+        "/health",         "/metrics",  "/v1/models",  "/v1/chat/completions",
+        "/v1/completions", "/tokenize", "/detokenize", "/apply-template",
+        "/props",          "/slots"};
     metrics_.http_response(known.count(req.path) ? req.path : std::string("other"), res.status);
   });
 
@@ -257,6 +260,49 @@ void HttpServer::routes() {
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     generation(req, res, /*chat=*/false);
   });
+  llama_routes();
+}
+
+void HttpServer::llama_routes() {
+  httplib::Server& s = *server_;
+  // Each reads the model's tokenizer or template, which exist once the engine does.
+  const auto body_route = [this](auto make) {
+    return [this, make](const httplib::Request& req, httplib::Response& res) {
+      if (state_.engine.load() == nullptr) {
+        send_error(
+            res, error(503, "the model is loading or the server is stopping", "unavailable_error"));
+        return;
+      }
+      try {
+        res.set_content(dump_lenient(make(parse_json_body(req.body))), "application/json");
+      } catch (const HttpError& e) {
+        send_error(res, e);
+      } catch (const std::exception& e) {  // BadRequest and the tokenizer's errors
+        send_error(res, error(400, e.what(), "invalid_request_error"));
+      }
+    };
+  };
+  s.Post("/tokenize",
+         body_route([this](const json& b) { return tokenize_body(b, *state_.limits.tok); }));
+  s.Post("/detokenize",
+         body_route([this](const json& b) { return detokenize_body(b, *state_.limits.tok); }));
+  s.Post("/apply-template",
+         body_route([this](const json& b) { return apply_template_body(b, state_.limits); }));
+  s.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_lenient(props_body(facts(), state_.limits)), "application/json");
+  });
+  s.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_lenient(slots_body(facts())), "application/json");
+  });
+}
+
+ServerFacts HttpServer::facts() const {
+  ServerFacts f;
+  f.model_id = opt_.model_id;
+  f.model_path = opt_.model_path;
+  f.n_ctx = state_.limits.n_ctx;
+  if (engine::Engine* eng = state_.engine.load()) f.busy = eng->stats().running > 0;
+  return f;
 }
 
 void HttpServer::generation(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -272,6 +318,13 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
     const json body = parse_json_body(req.body);
     const v1::GenerateRequest greq =
         chat ? chat_completion_request(body, &opts) : completion_request(body, &opts);
+    // With --alias the model has a name of its own, and a request for another one is refused
+    // (llama-server's behaviour); without it any name is accepted and echoed.
+    if (opt_.strict_model && !opts.model.empty() && opts.model != opt_.model_id) {
+      throw HttpError(
+          404, "model '" + opts.model + "' is not served here (this is '" + opt_.model_id + "')",
+          "model", "not_found_error");
+    }
     job = std::make_shared<engine::Job>(server::to_job_request(greq, state_.limits));
   } catch (const HttpError& e) {
     send_error(res, e);

@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP API (llama-server's behaviour) over the same engine as gRPC:
 // POST /v1/chat/completions and /v1/completions (streamed as server-sent events ending in
-// `data: [DONE]`, or whole), GET /v1/models, /health and /metrics. Errors are JSON bodies
+// `data: [DONE]`, or whole), GET /v1/models, /health and /metrics, and llama-server's /tokenize,
+// /detokenize, /apply-template, /props and /slots (llama_routes.h). Errors are JSON bodies
 // ({"error": {...}}) with 400 (bad request), 401 (API key), 403 (an Origin not allowed, or a Host
 // that is not loopback's on a loopback server: DNS rebinding), 404, 413 (body too large), 429
 // (queue full) and 503 (starting, stopping, draining or a worker died).
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "coordinator/engine/worker_registry.h"
+#include "coordinator/http/llama_routes.h"
 #include "coordinator/http/metrics.h"
 #include "coordinator/server/serving_state.h"
 
@@ -39,6 +41,8 @@ struct HttpOptions {
   // PEM files: HTTPS instead of HTTP when both are set.
   std::string ssl_cert_file, ssl_key_file;
   std::string model_id = "moe-runtime";
+  bool strict_model = false;  // --alias: a request naming another model gets 404
+  std::string model_path;     // /props
 };
 
 class HttpServer {
@@ -57,6 +61,9 @@ class HttpServer {
 
  private:
   void routes();
+  // POST /tokenize, /detokenize, /apply-template; GET /props, /slots (llama-server's).
+  void llama_routes();
+  ServerFacts facts() const;
   // Refuses (403, and false) a request from an Origin not allowed, or with a non-loopback Host on
   // a loopback server; sets the CORS headers of an allowed one.
   bool admit_origin_and_host(const httplib::Request& req, httplib::Response& res);

@@ -76,6 +76,7 @@ struct Args {
   int http_port = -1;  // off
   std::string http_host, api_key, api_key_file;
   std::vector<std::string> cors_origins;
+  std::string alias;                        // the model's id over HTTP; empty: the file name
   std::string ssl_key_file, ssl_cert_file;  // both or neither: TLS on gRPC and HTTP
   size_t http_max_body = 8u << 20;
   int http_threads = 256;
@@ -358,7 +359,9 @@ int run(const Args& a, const std::string& worker_secret) {
     ho.cors_origins = a.cors_origins;
     ho.ssl_cert_file = a.ssl_cert_file;
     ho.ssl_key_file = a.ssl_key_file;
-    ho.model_id = state.model_name;
+    ho.model_id = a.alias.empty() ? state.model_name : a.alias;
+    ho.strict_model = !a.alias.empty();
+    ho.model_path = a.model;
     http_server = std::make_unique<http::HttpServer>(ho, state, registry, metrics);
     http_addr = ho.host + ":" + std::to_string(http_server->port());
     log("OpenAI-compatible HTTP API on " + std::string(a.ssl_cert_file.empty() ? "http" : "https") +
@@ -451,6 +454,9 @@ int main(int argc, char** argv) {
   app.add_option("--ssl-key-file", a.ssl_key_file,
                  "PEM private key: serve gRPC and HTTP over TLS (with --ssl-cert-file)");
   app.add_option("--ssl-cert-file", a.ssl_cert_file, "PEM certificate (chain) for TLS");
+  app.add_option("-a,--alias", a.alias,
+                 "the model's id in /v1/models and responses; requests naming another model "
+                 "get 404 (default: the file name, and any name is accepted)");
   app.add_option("--cors-origin", a.cors_origins,
                  "origin (scheme://host[:port]) whose web pages may call the HTTP API, or '*'; "
                  "repeatable (default: none: requests with an Origin header are refused)");

@@ -1,0 +1,85 @@
+// llama-server's own routes on a running coordinator (/tokenize, /detokenize, /apply-template,
+// /props, /slots) and --alias: round trips against the gRPC API's answers, and the 400s of bad
+// bodies.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/server/coordinator_harness.h"
+#include "tests/server/http_client.h"
+#include "tests/testdata.h"
+
+namespace moe::test {
+namespace {
+
+using json = nlohmann::json;
+
+std::string model_path() { return (testdata_dir() / "models/tiny-qwen3moe-sv-Q8_0.gguf").string(); }
+
+TEST(LlamaRoutes, TokenizeDetokenizeTemplatePropsSlotsAndAlias) {
+  Coordinator c(model_path(),
+                {"-c", "512", "--http-port", "0", "--placement", "in-process", "--alias", "hz"});
+  const std::string base = "http://" + c.http_addr();
+
+  // /tokenize agrees with gRPC Tokenize, and /detokenize gives the text back.
+  const std::string text = "Hello world, <|im_start|>again";
+  const HttpReply t = curl("POST", base + "/tokenize", json{{"content", text}}.dump());
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json ids = json::parse(t.body)["tokens"];
+  grpc::ClientContext ctx;
+  ctx.set_deadline(in(std::chrono::seconds(10)));
+  v1::TokenizeRequest treq;
+  treq.set_text(text);
+  treq.set_parse_special(true);
+  v1::TokenizeResponse tresp;
+  ASSERT_TRUE(c.gen->Tokenize(&ctx, treq, &tresp).ok());
+  ASSERT_EQ(ids.size(), static_cast<size_t>(tresp.ids_size()));
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], tresp.ids(static_cast<int>(i)));
+  const HttpReply d = curl("POST", base + "/detokenize", json{{"tokens", ids}}.dump());
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(json::parse(d.body)["content"], text);
+  const json pieces = json::parse(
+      curl("POST", base + "/tokenize", json{{"content", "Hi"}, {"with_pieces", true}}.dump())
+          .body)["tokens"];
+  ASSERT_FALSE(pieces.empty());
+  std::string joined;
+  for (const json& p : pieces) joined += p["piece"].get<std::string>();
+  EXPECT_EQ(joined, "Hi");
+
+  // /apply-template renders what a chat completion would evaluate.
+  const HttpReply a =
+      curl("POST", base + "/apply-template", R"({"messages":[{"role":"user","content":"Hi"}]})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(json::parse(a.body)["prompt"],
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+
+  const json props = json::parse(curl("GET", base + "/props").body);
+  EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 512);
+  EXPECT_EQ(props["total_slots"], 1);
+  EXPECT_EQ(props["model_alias"], "hz");
+  EXPECT_NE(props["chat_template"].get<std::string>().find("im_start"), std::string::npos);
+  const json slots = json::parse(curl("GET", base + "/slots").body);
+  ASSERT_EQ(slots.size(), 1u);
+  EXPECT_EQ(slots[0]["n_ctx"], 512);
+  EXPECT_EQ(slots[0]["is_processing"], false);
+
+  // --alias names the model; another name is 404, the alias or none is served.
+  EXPECT_EQ(json::parse(curl("GET", base + "/v1/models").body)["data"][0]["id"], "hz");
+  const std::string chat = R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2)";
+  expect_error(curl("POST", base + "/v1/chat/completions", chat + R"(,"model":"gpt-4"})"), 404,
+               "not served here");
+  const HttpReply ok = curl("POST", base + "/v1/chat/completions", chat + R"(,"model":"hz"})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body)["model"], "hz");
+
+  // Bad bodies are 400 with the field named.
+  expect_error(curl("POST", base + "/tokenize", R"({"content":5})"), 400, "content");
+  expect_error(curl("POST", base + "/detokenize", R"({"tokens":[1,-3]})"), 400, "tokens[1]");
+  expect_error(curl("POST", base + "/detokenize", R"({"tokens":"no"})"), 400, "tokens");
+  expect_error(curl("POST", base + "/apply-template", R"({"messages":"no"})"), 400, "messages");
+  expect_error(curl("POST", base + "/tokenize", "[[["), 400, "not valid JSON");
+  EXPECT_TRUE(c.stop());
+}
+
+}  // namespace
+}  // namespace moe::test
