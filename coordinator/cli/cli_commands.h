@@ -10,7 +10,7 @@
 
 #include "coordinator/cli/chat_input.h"
 #include "coordinator/cli/connection.h"
-#include "coordinator/cli/sampling_args.h"
+#include "coordinator/sampling/sampling_args.h"
 
 namespace moe::cli {
 
@@ -23,7 +23,7 @@ struct GenerateArgs {
   int32_t n_predict = 0;  // -n; 0 or -1: until end of generation or the context is full
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  SamplingArgs sampling;
+  sampling::SamplingArgs sampling;
   bool show_tokens = false;  // token ids of each chunk on stderr
   bool json = false;         // one JSON object per GenerateResponse on stdout instead of the text
 };
@@ -32,7 +32,7 @@ struct ChatArgs {
   std::optional<std::string> system;
   int32_t n_predict = 0;
   bool no_think = false;
-  SamplingArgs sampling;
+  sampling::SamplingArgs sampling;
 };
 
 struct TokenizeArgs {

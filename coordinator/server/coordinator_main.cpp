@@ -9,6 +9,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,6 +49,7 @@
 #include "coordinator/server/generation_service.h"
 #include "coordinator/server/grpc_auth.h"
 #include "coordinator/server/health_service.h"
+#include "coordinator/server/llama_server_flags.h"
 #include "coordinator/server/serving_state.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "coordinator/tools/llama_cli_args.h"
@@ -82,6 +84,7 @@ struct Args {
   int http_threads = 256;
   bool prefetch = true;
   gpu::GpuOptions gpu;
+  server::LlamaServerFlags llama;
 };
 
 std::atomic<bool> g_shutdown{false};
@@ -329,19 +332,27 @@ int run(const Args& a, const std::string& worker_secret) {
       file, pool, std::make_unique<engine::InstrumentedExperts>(std::move(experts), layer_stats),
       gpu_opt, &model_placement);
   log(model_placement);
+  if (a.llama.mlock && ::mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
+    // As llama.cpp: a warning, not an error (RLIMIT_MEMLOCK is often below a model's size).
+    log(std::string("warning: --mlock: mlockall failed (") + std::strerror(errno) +
+        "); raise the memlock limit (ulimit -l) to keep the model in RAM");
+  }
 
   engine::EngineOptions eo;
   eo.n_ctx = n_ctx;
   eo.k_type = model::parse_kv_type(a.ctk);
   eo.v_type = model::parse_kv_type(a.ctv);
   eo.queue_capacity = a.queue_size;
-  eo.n_batch = a.n_batch;
+  eo.n_batch = a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
   if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
   http::Metrics metrics;
   eo.metrics = &metrics;
   auto eng = std::make_unique<engine::Engine>(*model, tok, eo);
 
   state.limits = {&tok, tmpl ? &*tmpl : nullptr, eo.n_ctx};
+  state.limits.default_sampling = &a.llama.sampling.params();
+  state.limits.default_seed = a.llama.sampling.seed();
+  state.limits.default_max_tokens = a.llama.n_predict > 0 ? a.llama.n_predict : 0;
   state.model_name = std::filesystem::path(a.model).filename().string();
   state.layers = &layer_stats;
   state.engine.store(eng.get());
@@ -468,6 +479,7 @@ int main(int argc, char** argv) {
                "do not read the weights into the page cache at start (they are then faulted in "
                "by the first requests)");
   gpu::add_gpu_options(app, a.gpu);
+  server::add_llama_server_flags(app, a.llama);
   app.add_option("--max-rpc-threads", a.max_rpc_threads, "gRPC server threads (default 64)")
       ->check(CLI::Range(4, 4096));
   std::vector<std::string> storage;
@@ -481,6 +493,8 @@ int main(int argc, char** argv) {
   }
   try {
     check_listening(a);
+    server::check_llama_server_flags(a.llama);
+    if (a.llama.moe_resident == "off") a.gpu.moe_resident_mib = 0;
     // Set before any thread exists (setenv is not thread-safe); the spawned workers inherit it.
     const std::string worker_secret = server::make_worker_secret();
     ::setenv(kWorkerSecretEnv, worker_secret.c_str(), 1);

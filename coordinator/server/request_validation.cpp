@@ -189,7 +189,7 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
   if (req.max_tokens() < 0) {
     throw BadRequest("max_tokens = " + std::to_string(req.max_tokens()) + " is negative");
   }
-  out.max_tokens = req.max_tokens();
+  out.max_tokens = req.max_tokens() > 0 ? req.max_tokens() : m.default_max_tokens;
   if (static_cast<size_t>(req.stop_size()) > kMaxStopStrings) {
     throw BadRequest("at most " + std::to_string(kMaxStopStrings) + " stop strings");
   }
@@ -205,8 +205,16 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
   out.ignore_eos = req.ignore_eos();
   out.cache_prompt = !req.has_cache_prompt() || req.cache_prompt();
   try {
-    apply_sampling(req.sampling(), out.sampling);
-    out.sampling.seed = req.has_seed() ? req.seed() : sampling::kRandomSeed;
+    if (m.default_sampling != nullptr) {
+      v1::SamplingParams merged = *m.default_sampling;
+      merged.MergeFrom(req.sampling());  // the request's own settings win
+      apply_sampling(merged, out.sampling);
+    } else {
+      apply_sampling(req.sampling(), out.sampling);
+    }
+    out.sampling.seed = req.has_seed()   ? req.seed()
+                        : m.default_seed ? *m.default_seed
+                                         : sampling::kRandomSeed;
     out.sampling.validate();
   } catch (const moe::Error& e) {
     // The sampler's messages already start with "sampling: ".

@@ -27,6 +27,11 @@ struct ModelLimits {
   const tokenizer::Tokenizer* tok = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: the model has none (chat is refused)
   int64_t n_ctx = 0;
+  // The server's defaults (llama-server's --temp, --top-k, ..., -s, -n) for what a request leaves
+  // unset; null / 0: llama.cpp's own.
+  const v1::SamplingParams* default_sampling = nullptr;
+  std::optional<uint32_t> default_seed;
+  int32_t default_max_tokens = 0;  // taken by a request whose max_tokens is 0 (no limit)
 };
 
 // Throws BadRequest naming `field` and the byte offset of the first invalid sequence.

@@ -2,8 +2,12 @@
 // /props, /slots) and --alias: round trips against the gRPC API's answers, and the 400s of bad
 // bodies.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "tests/server/coordinator_harness.h"
 #include "tests/server/http_client.h"
@@ -79,6 +83,100 @@ TEST(LlamaRoutes, TokenizeDetokenizeTemplatePropsSlotsAndAlias) {
   expect_error(curl("POST", base + "/apply-template", R"({"messages":"no"})"), 400, "messages");
   expect_error(curl("POST", base + "/tokenize", "[[["), 400, "not valid JSON");
   EXPECT_TRUE(c.stop());
+}
+
+// The reference user's llama-server command line (issue 27), model and port aside and without the
+// KV-cache flags that do not exist yet, starts on a machine without a GPU (-ngl warns and runs on
+// the CPU) and serves a streamed chat; its sampling flags are the server's defaults (-n caps a
+// request that sets no limit, a request's own value wins).
+TEST(LlamaServerCommand, ReferenceCommandServesWithItsDefaults) {
+  Coordinator c(model_path(), {"--alias",
+                               "hz",
+                               "--host",
+                               "127.0.0.1",
+                               "-ctk",
+                               "q4_0",
+                               "-ctv",
+                               "q4_0",
+                               "-cmoe",
+                               "-b",
+                               "3072",
+                               "-ub",
+                               "1536",
+                               "--ctx-size",
+                               "4096",
+                               "--jinja",
+                               "-fa",
+                               "on",
+                               "--no-mmap",
+                               "--no-context-shift",
+                               "--temp",
+                               "0.6",
+                               "--top-k",
+                               "24",
+                               "--top-p",
+                               "0.95",
+                               "--min-p",
+                               "0.00",
+                               "-ngl",
+                               "999",
+                               "-np",
+                               "1",
+                               "--samplers",
+                               "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature",
+                               "--moe-resident",
+                               "auto",
+                               "--moe-resident-mib",
+                               "1024",
+                               "--moe-resident-profiler",
+                               "old",
+                               "--moe-resident-grouping",
+                               "off",
+                               "--http-port",
+                               "0",
+                               "-n",
+                               "5"});
+  const std::string base = "http://" + c.http_addr();
+  const std::string chat = R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,)"
+                           R"("stream_options":{"include_usage":true})";
+  const HttpReply r = curl("POST", base + "/v1/chat/completions", chat + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find(R"("completion_tokens":5)"), std::string::npos) << r.body;  // -n 5
+  const HttpReply own = curl("POST", base + "/v1/chat/completions", chat + R"(,"max_tokens":2})");
+  EXPECT_NE(own.body.find(R"("completion_tokens":2)"), std::string::npos) << own.body;
+  EXPECT_TRUE(c.stop());
+}
+
+// What does not exist yet fails at start with one line naming the flag, never silently.
+TEST(LlamaServerCommand, FlagsOfMissingFeaturesAreRefusedClearly) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-np", "2"}, "parallel slots are not implemented"},
+      {{"--context-shift"}, "context shifting is not implemented"},
+      {{"-ctv-first", "q8_0,4"}, "per-layer KV cache types"},
+      {{"--k-cache-hadamard"}, "Hadamard"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> argv = {kBinDir + "/moe-coordinator",
+                                     "-m",
+                                     model_path(),
+                                     "--port",
+                                     "0",
+                                     "--placement",
+                                     "in-process"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const std::string log =
+        (std::filesystem::temp_directory_path() / ("moe_flags_" + std::to_string(::getpid())))
+            .string();
+    std::string cmd;
+    for (const std::string& a : argv) cmd += "'" + a + "' ";
+    cmd += "2>" + log;
+    EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 1) << flags[0];
+    std::ifstream f(log);
+    const std::string out((std::istreambuf_iterator<char>(f)), {});
+    EXPECT_NE(out.find(message), std::string::npos) << flags[0] << ": " << out;
+    std::filesystem::remove(log);
+  }
 }
 
 }  // namespace

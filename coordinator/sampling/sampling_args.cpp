@@ -1,8 +1,8 @@
-#include "coordinator/cli/sampling_args.h"
+#include "coordinator/sampling/sampling_args.h"
 
 #include <string>
 
-namespace moe::cli {
+namespace moe::sampling {
 
 namespace {
 
@@ -64,4 +64,4 @@ void SamplingArgs::apply(moe::v1::GenerateRequest& req) const {
   if (seed_) req.set_seed(*seed_);
 }
 
-}  // namespace moe::cli
+}  // namespace moe::sampling

@@ -10,7 +10,7 @@
 
 #include "moe/v1/generation.pb.h"
 
-namespace moe::cli {
+namespace moe::sampling {
 
 class SamplingArgs {
  public:
@@ -36,4 +36,4 @@ class SamplingArgs {
   std::optional<uint32_t> seed_;
 };
 
-}  // namespace moe::cli
+}  // namespace moe::sampling
