@@ -2,10 +2,12 @@
 // /props, /slots) and --alias: round trips against the gRPC API's answers, and the 400s of bad
 // bodies.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -85,58 +87,84 @@ TEST(LlamaRoutes, TokenizeDetokenizeTemplatePropsSlotsAndAlias) {
   EXPECT_TRUE(c.stop());
 }
 
-// The reference user's llama-server command line (issue 27), model and port aside and without the
-// KV-cache flags that do not exist yet, starts on a machine without a GPU (-ngl warns and runs on
-// the CPU) and serves a streamed chat; its sampling flags are the server's defaults (-n caps a
-// request that sets no limit, a request's own value wins).
+// The reference user's llama-server command line (issue 27), run by scripts/moe-server with the
+// model and ports aside and without the KV-cache flags that do not exist yet: it starts on a
+// machine without a GPU (-ngl warns and runs on the CPU), serves a streamed chat on --port (HTTP,
+// as llama-server), and its sampling flags are the server's defaults (-n caps a request that sets
+// no limit; a request's own value wins).
 TEST(LlamaServerCommand, ReferenceCommandServesWithItsDefaults) {
-  Coordinator c(model_path(), {"--alias",
-                               "hz",
-                               "--host",
-                               "127.0.0.1",
-                               "-ctk",
-                               "q4_0",
-                               "-ctv",
-                               "q4_0",
-                               "-cmoe",
-                               "-b",
-                               "3072",
-                               "-ub",
-                               "1536",
-                               "--ctx-size",
-                               "4096",
-                               "--jinja",
-                               "-fa",
-                               "on",
-                               "--no-mmap",
-                               "--no-context-shift",
-                               "--temp",
-                               "0.6",
-                               "--top-k",
-                               "24",
-                               "--top-p",
-                               "0.95",
-                               "--min-p",
-                               "0.00",
-                               "-ngl",
-                               "999",
-                               "-np",
-                               "1",
-                               "--samplers",
-                               "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature",
-                               "--moe-resident",
-                               "auto",
-                               "--moe-resident-mib",
-                               "1024",
-                               "--moe-resident-profiler",
-                               "old",
-                               "--moe-resident-grouping",
-                               "off",
-                               "--http-port",
-                               "0",
-                               "-n",
-                               "5"});
-  const std::string base = "http://" + c.http_addr();
+  ::setenv("MOE_BIN_DIR", kBinDir.c_str(), 1);
+  const std::string ready =
+      (std::filesystem::temp_directory_path() / ("moe_server_ready_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove(ready);
+  auto server = model::ChildProcess::spawn(
+      {std::string(MOE_SOURCE_DIR) + "/scripts/moe-server",
+       "-m",
+       model_path(),
+       "--alias",
+       "hz",
+       "--host",
+       "127.0.0.1",
+       "-ctk",
+       "q4_0",
+       "-ctv",
+       "q4_0",
+       "-cmoe",
+       "-b",
+       "3072",
+       "-ub",
+       "1536",
+       "--ctx-size",
+       "4096",
+       "--jinja",
+       "-fa",
+       "on",
+       "--no-mmap",
+       "--no-context-shift",
+       "--temp",
+       "0.6",
+       "--top-k",
+       "24",
+       "--top-p",
+       "0.95",
+       "--min-p",
+       "0.00",
+       "-ngl",
+       "999",
+       "-np",
+       "1",
+       "--samplers",
+       "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature",
+       "--moe-resident",
+       "auto",
+       "--moe-resident-mib",
+       "1024",
+       "--moe-resident-profiler",
+       "old",
+       "--moe-resident-grouping",
+       "off",
+       "--port",
+       "0",
+       "--grpc-port",
+       "0",
+       "-n",
+       "5",
+       "--ready-file",
+       ready});
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(ready) && server.running() &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(server.running()) << server.describe();
+  std::ifstream f(ready);
+  std::string grpc_addr, line;
+  std::getline(f, grpc_addr);
+  std::getline(f, line);
+  ASSERT_EQ(line.rfind("http ", 0), 0u) << line;
+  const std::string base = "http://" + line.substr(5);
+
   const std::string chat = R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,)"
                            R"("stream_options":{"include_usage":true})";
   const HttpReply r = curl("POST", base + "/v1/chat/completions", chat + "}");
@@ -145,7 +173,10 @@ TEST(LlamaServerCommand, ReferenceCommandServesWithItsDefaults) {
   EXPECT_NE(r.body.find(R"("completion_tokens":5)"), std::string::npos) << r.body;  // -n 5
   const HttpReply own = curl("POST", base + "/v1/chat/completions", chat + R"(,"max_tokens":2})");
   EXPECT_NE(own.body.find(R"("completion_tokens":2)"), std::string::npos) << own.body;
-  EXPECT_TRUE(c.stop());
+  EXPECT_EQ(json::parse(curl("GET", base + "/v1/models").body)["data"][0]["id"], "hz");
+  ::kill(server.pid(), SIGTERM);
+  ASSERT_TRUE(server.wait_for(std::chrono::seconds(20)));
+  EXPECT_EQ(server.exit_code(), 0);
 }
 
 // What does not exist yet fails at start with one line naming the flag, never silently.
