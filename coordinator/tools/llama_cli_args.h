@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace moe::tools {
@@ -14,21 +16,25 @@ inline const std::vector<std::string> kKvCacheTypes = {"f32", "f16", "q8_0", "q4
 // by their long names. `storage` owns the strings the returned pointers refer to.
 inline std::vector<char*> llama_style_argv(int argc, char** argv,
                                            std::vector<std::string>& storage) {
+  static constexpr std::pair<std::string_view, std::string_view> kLongNames[] = {
+      {"-ctk", "--cache-type-k"},
+      {"-ctv", "--cache-type-v"},
+      {"-ngl", "--n-gpu-layers"},
+      {"-cmoe", "--cpu-moe"},
+      {"-ncmoe", "--n-cpu-moe"},
+      {"-mmp", "--mmap"},
+      {"-np", "--parallel"},
+      {"-ub", "--ubatch-size"},
+      {"-fa", "--flash-attn"},
+      {"-ctk-first", "--cache-type-k-first"},
+      {"-ctk-last", "--cache-type-k-last"},
+      {"-ctv-first", "--cache-type-v-first"},
+      {"-ctv-last", "--cache-type-v-last"}};
   storage.assign(argv, argv + argc);
   for (auto& s : storage) {
-    if (s == "-ctk") s = "--cache-type-k";
-    if (s == "-ctv") s = "--cache-type-v";
-    if (s == "-ngl") s = "--n-gpu-layers";
-    if (s == "-cmoe") s = "--cpu-moe";
-    if (s == "-ncmoe") s = "--n-cpu-moe";
-    if (s == "-mmp") s = "--mmap";
-    if (s == "-np") s = "--parallel";
-    if (s == "-ub") s = "--ubatch-size";
-    if (s == "-fa") s = "--flash-attn";
-    if (s == "-ctk-first") s = "--cache-type-k-first";
-    if (s == "-ctk-last") s = "--cache-type-k-last";
-    if (s == "-ctv-first") s = "--cache-type-v-first";
-    if (s == "-ctv-last") s = "--cache-type-v-last";
+    for (const auto& [short_name, long_name] : kLongNames) {
+      if (s == short_name) s = long_name;
+    }
   }
   std::vector<char*> out;
   for (auto& s : storage) out.push_back(s.data());

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,6 +39,25 @@ inline std::vector<std::string> segments_of(pid_t pid) {
     if (name.rfind(prefix, 0) == 0) out.push_back(name);
   }
   return out;
+}
+
+// A generation that runs for seconds: the whole context, end-of-generation ignored.
+inline v1::GenerateRequest long_request() {
+  v1::GenerateRequest r;
+  r.set_text("Count forever:");
+  r.set_ignore_eos(true);
+  r.set_seed(1);
+  return r;
+}
+
+// True once `f` holds, polled every 5 ms; false when `limit` passed first.
+inline bool wait_until(const std::function<bool()>& f, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 // True once `pid` is gone (a zombie counts as gone: its parent may be a reaper-less init).

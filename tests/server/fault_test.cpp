@@ -22,28 +22,10 @@ using Ms = std::chrono::milliseconds;
 
 std::string model_path() { return (testdata_dir() / "models/tiny-qwen3moe-sv-Q4_0.gguf").string(); }
 
-// A generation that runs for seconds: the whole context, end-of-generation ignored.
-v1::GenerateRequest long_request() {
-  v1::GenerateRequest r;
-  r.set_text("Count forever:");
-  r.set_ignore_eos(true);
-  r.set_seed(1);
-  return r;
-}
-
 pid_t worker_pid(Coordinator& c) {
   const v1::GetPlacementResponse p = c.placement();
   if (p.workers_size() < 1) throw std::runtime_error("no workers");
   return p.workers(0).pid();
-}
-
-bool wait_until(const std::function<bool()>& f, Ms limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!f()) {
-    if (std::chrono::steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(Ms(5));
-  }
-  return true;
 }
 
 TEST(Faults, ClientCancelStopsTheJobWithinOneToken) {

@@ -26,30 +26,12 @@ using Ms = std::chrono::milliseconds;
 
 std::string model_path() { return (testdata_dir() / "models/tiny-qwen3moe-sv-Q4_0.gguf").string(); }
 
-// A generation that runs for seconds: the whole context, end-of-generation ignored.
-v1::GenerateRequest long_request() {
-  v1::GenerateRequest r;
-  r.set_text("Count forever:");
-  r.set_ignore_eos(true);
-  r.set_seed(1);
-  return r;
-}
-
 v1::GenerateRequest short_request(const std::string& text) {
   v1::GenerateRequest r;
   r.set_text(text);
   r.set_max_tokens(8);
   r.set_seed(1);
   return r;
-}
-
-bool wait_until(const std::function<bool()>& f, Ms limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!f()) {
-    if (std::chrono::steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(Ms(20));
-  }
-  return true;
 }
 
 std::string get_metrics(const Coordinator& c) {
