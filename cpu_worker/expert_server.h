@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/shm/expert_protocol.h"
-#include "coordinator/model/expert_executor.h"
+#include "experts/expert_executor.h"
+#include "experts/expert_protocol.h"
 
 namespace moe::worker {
 

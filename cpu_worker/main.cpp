@@ -17,13 +17,13 @@
 
 #include "common/gguf.h"
 #include "common/placement/numa_binding.h"
-#include "common/shm/expert_protocol.h"
 #include "common/shm/shm_segment.h"
-#include "coordinator/model/cpu_expert_executor.h"
-#include "coordinator/model/model_config.h"
 #include "cpu_worker/coordinator_link.h"
 #include "cpu_worker/expert_server.h"
 #include "cpu_worker/process_watch.h"
+#include "experts/cpu_expert_executor.h"
+#include "experts/expert_protocol.h"
+#include "experts/model_config.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 

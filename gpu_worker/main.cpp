@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "common/error.h"
-#include "gpu_worker/kernel_batch.h"
-#include "gpu_worker/shared_flags.h"
-#include "gpu_worker/shared_vram.h"
-#include "gpu_worker/worker_channel.h"
+#include "experts/gpu/kernel_batch.h"
+#include "experts/gpu/shared_flags.h"
+#include "experts/gpu/shared_vram.h"
+#include "experts/gpu/worker_channel.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace {

@@ -9,9 +9,9 @@
 #include "common/error.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/random_blocks.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_dot.h"
-#include "tests/random_blocks.h"
 
 namespace moe::cpu {
 namespace {

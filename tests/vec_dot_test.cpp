@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/dequant.h"
-#include "tests/random_blocks.h"
+#include "kernels/cpu/random_blocks.h"
 
 namespace moe::cpu {
 namespace {

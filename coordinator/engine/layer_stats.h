@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "coordinator/model/expert_executor.h"
+#include "experts/expert_executor.h"
 
 namespace moe::engine {
 

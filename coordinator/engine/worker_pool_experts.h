@@ -13,8 +13,8 @@
 #include "common/error.h"
 #include "common/placement/placement.h"
 #include "coordinator/engine/worker_registry.h"
-#include "coordinator/model/expert_executor.h"
-#include "coordinator/model/remote_expert_executor.h"
+#include "experts/expert_executor.h"
+#include "experts/remote_expert_executor.h"
 
 namespace moe::engine {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "coordinator/gpu/vram_budget.h"
-#include "coordinator/model/model_config.h"
+#include "experts/model_config.h"
 #include "kernels/cuda/attention.h"
 
 namespace moe::gpu {

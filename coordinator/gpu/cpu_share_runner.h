@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "coordinator/gpu/stream_flag.h"
-#include "coordinator/model/expert_executor.h"
+#include "experts/expert_executor.h"
 
 namespace moe::gpu {
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "coordinator/gpu/vram_budget.h"
-#include "coordinator/model/cpu_expert_executor.h"
-#include "coordinator/model/residency_policy.h"
+#include "coordinator/residency/residency_policy.h"
+#include "experts/cpu_expert_executor.h"
 
 namespace moe::gpu {
 

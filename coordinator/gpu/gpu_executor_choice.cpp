@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "gpu_worker/remote_gpu_executor.h"
+#include "experts/gpu/remote_gpu_executor.h"
 
 namespace moe::gpu {
 namespace {

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "coordinator/gpu/gpu_options.h"
-#include "gpu_worker/gpu_executor.h"
+#include "experts/gpu/gpu_executor.h"
 
 namespace moe::gpu {
 

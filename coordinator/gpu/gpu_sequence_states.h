@@ -13,7 +13,7 @@
 #include "common/ggml_type.h"
 #include "coordinator/gpu/vram_budget.h"
 #include "coordinator/model/kv_cache.h"
-#include "coordinator/model/model_config.h"
+#include "experts/model_config.h"
 #include "kernels/cuda/attention.h"
 
 namespace moe::gpu {

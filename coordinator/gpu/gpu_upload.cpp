@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "coordinator/model/tensor_table.h"
+#include "experts/tensor_table.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace moe::gpu {

@@ -18,7 +18,7 @@
 #include "coordinator/gpu/token_io_gpu.h"
 #include "coordinator/gpu/vram_budget.h"
 #include "coordinator/model/model_arch.h"
-#include "gpu_worker/gpu_executor.h"
+#include "experts/gpu/gpu_executor.h"
 #include "kernels/cuda/device_matrix.h"
 
 namespace moe::gpu {

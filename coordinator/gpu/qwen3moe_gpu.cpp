@@ -10,7 +10,7 @@
 #include "coordinator/gpu/gpu_executor_choice.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
-#include "coordinator/model/tensor_table.h"
+#include "experts/tensor_table.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"

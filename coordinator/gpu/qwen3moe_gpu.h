@@ -17,8 +17,8 @@
 #include "coordinator/gpu/token_io_gpu.h"
 #include "coordinator/gpu/vram_budget.h"
 #include "coordinator/model/model_arch.h"
-#include "coordinator/model/tensor_table.h"
-#include "gpu_worker/gpu_executor.h"
+#include "experts/gpu/gpu_executor.h"
+#include "experts/tensor_table.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_matrix.h"
 

@@ -10,7 +10,7 @@
 #include "common/error.h"
 #include "common/ggml_type.h"
 #include "coordinator/gpu/routed_experts_gpu.h"
-#include "coordinator/model/cpu_expert_executor.h"
+#include "experts/cpu_expert_executor.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace moe::gpu {

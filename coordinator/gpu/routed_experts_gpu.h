@@ -21,10 +21,10 @@
 #include "coordinator/gpu/host_model_pin.h"
 #include "coordinator/gpu/pinned_buffer.h"
 #include "coordinator/gpu/vram_budget.h"
-#include "coordinator/model/machine_calibration.h"
-#include "coordinator/model/miss_split_profiler.h"
 #include "coordinator/model/model_arch.h"
-#include "gpu_worker/gpu_executor.h"
+#include "coordinator/residency/machine_calibration.h"
+#include "coordinator/residency/miss_split_profiler.h"
+#include "experts/gpu/gpu_executor.h"
 #include "kernels/cuda/device_matrix.h"
 
 namespace moe::gpu {

@@ -10,7 +10,7 @@
 
 #include "coordinator/gpu/pinned_buffer.h"
 #include "coordinator/gpu/vram_budget.h"
-#include "coordinator/model/tensor_table.h"
+#include "experts/tensor_table.h"
 #include "kernels/cuda/device_matrix.h"
 
 namespace moe::gpu {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "gpu_worker/gpu_executor.h"
+#include "experts/gpu/gpu_executor.h"
 
 namespace moe::gpu {
 

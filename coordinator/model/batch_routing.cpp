@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "coordinator/model/router.h"
+#include "kernels/cpu/router.h"
 
 namespace moe::model {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/ggml_type.h"
-#include "coordinator/model/model_config.h"
 #include "coordinator/model/recurrent_state.h"
+#include "experts/model_config.h"
 
 namespace moe::model {
 

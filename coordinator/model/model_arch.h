@@ -11,10 +11,10 @@
 #include <string_view>
 
 #include "common/gguf.h"
-#include "coordinator/model/expert_executor.h"
-#include "coordinator/model/expert_runtime_stats.h"
 #include "coordinator/model/kv_cache.h"
-#include "coordinator/model/model_config.h"
+#include "coordinator/residency/expert_runtime_stats.h"
+#include "experts/expert_executor.h"
+#include "experts/model_config.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moe::model {

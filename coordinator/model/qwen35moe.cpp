@@ -6,17 +6,17 @@
 #include <string>
 
 #include "common/error.h"
-#include "coordinator/model/activations.h"
 #include "coordinator/model/batch_routing.h"
-#include "coordinator/model/causal_conv.h"
-#include "coordinator/model/gated_delta_net.h"
-#include "coordinator/model/l2norm.h"
-#include "coordinator/model/rmsnorm.h"
-#include "coordinator/model/rope.h"
-#include "coordinator/model/router.h"
-#include "coordinator/model/tensor_table.h"
+#include "experts/tensor_table.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/causal_conv.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/gated_delta_net.h"
+#include "kernels/cpu/l2norm.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/router.h"
 
 namespace moe::model {
 namespace {

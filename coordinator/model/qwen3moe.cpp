@@ -5,12 +5,12 @@
 
 #include "common/error.h"
 #include "coordinator/model/batch_routing.h"
-#include "coordinator/model/rmsnorm.h"
-#include "coordinator/model/rope.h"
-#include "coordinator/model/router.h"
-#include "coordinator/model/tensor_table.h"
+#include "experts/tensor_table.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/router.h"
 
 namespace moe::model {
 namespace {

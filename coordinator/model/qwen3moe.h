@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "coordinator/model/attention.h"
-#include "coordinator/model/cpu_expert_executor.h"
 #include "coordinator/model/model_arch.h"
-#include "coordinator/model/tensor_table.h"
+#include "experts/cpu_expert_executor.h"
+#include "experts/tensor_table.h"
 #include "kernels/cpu/matmul.h"
 
 namespace moe::model {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordinator/model/model_config.h"
+#include "experts/model_config.h"
 
 namespace moe::model {
 

@@ -25,8 +25,8 @@
 #include "coordinator/gpu/model_factory.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
-#include "coordinator/model/remote_expert_executor.h"
 #include "coordinator/tools/llama_cli_args.h"
+#include "experts/remote_expert_executor.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/weight_prefetch.h"
 

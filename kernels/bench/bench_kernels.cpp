@@ -17,9 +17,9 @@
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/random_blocks.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/weight_prefetch.h"
-#include "tests/random_blocks.h"
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/random_blocks.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
@@ -25,7 +26,6 @@
 #include "kernels/cuda/qk_norm_rope.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
-#include "tests/random_blocks.h"
 
 namespace {
 

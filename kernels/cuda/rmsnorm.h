@@ -1,4 +1,4 @@
-// RMSNorm on the GPU, as coordinator/model/rmsnorm.cpp computes it.
+// RMSNorm on the GPU, as kernels/cpu/rmsnorm.cpp computes it.
 #pragma once
 
 #include <cuda_runtime.h>

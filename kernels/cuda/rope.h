@@ -1,4 +1,4 @@
-// Rotary position embedding (NEOX layout) on the GPU, as coordinator/model/rope.cpp computes it.
+// Rotary position embedding (NEOX layout) on the GPU, as kernels/cpu/rope.cpp computes it.
 #pragma once
 
 #include <cuda_runtime.h>

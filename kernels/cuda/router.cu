@@ -1,6 +1,6 @@
 // MoE router, one warp per token: softmax (sum in double), k rounds of a warp arg-max (ties to
 // the lower id), weights renormalized in the CPU's order. Same results as
-// coordinator/model/router.cpp up to the last bits of expf. The decode router fuses the logits'
+// kernels/cpu/router.cpp up to the last bits of expf. The decode router fuses the logits'
 // GEMV, this selection and the gathering of the chosen experts' pointers into one launch: three
 // dependent launches of 1 block (or 128) cost ~8 µs a layer in a decode step, mostly latency.
 #include <climits>

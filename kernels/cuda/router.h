@@ -1,4 +1,4 @@
-// MoE router selection on the GPU, as coordinator/model/router.cpp (without forced routing).
+// MoE router selection on the GPU, as kernels/cpu/router.cpp (without forced routing).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -14,9 +14,9 @@
 #include "common/fp16.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/random_blocks.h"
 #include "kernels/cuda/attention.h"
 #include "tests/cuda/gpu_test_env.h"
-#include "tests/random_blocks.h"
 
 namespace moe::cuda {
 namespace {

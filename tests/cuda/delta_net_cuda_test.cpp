@@ -10,17 +10,17 @@
 #include <vector>
 
 #include "common/error.h"
-#include "coordinator/model/activations.h"
-#include "coordinator/model/causal_conv.h"
-#include "coordinator/model/gated_delta_net.h"
-#include "coordinator/model/l2norm.h"
-#include "coordinator/model/rmsnorm.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/causal_conv.h"
+#include "kernels/cpu/gated_delta_net.h"
+#include "kernels/cpu/l2norm.h"
+#include "kernels/cpu/random_blocks.h"
+#include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/delta_net.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/qwen35_ops.h"
 #include "tests/cuda/gpu_test_env.h"
-#include "tests/random_blocks.h"
 
 namespace moe::cuda {
 namespace {

@@ -11,10 +11,10 @@
 
 #include "common/error.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/random_blocks.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/expert_matmul.h"
 #include "tests/cuda/gpu_test_env.h"
-#include "tests/random_blocks.h"
 
 namespace moe::cuda {
 namespace {

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/random_blocks.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/host_read.h"
 #include "tests/cuda/gpu_test_env.h"
-#include "tests/random_blocks.h"
 
 namespace moe::cuda {
 namespace {

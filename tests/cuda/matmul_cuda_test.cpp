@@ -9,10 +9,10 @@
 
 #include "common/error.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/random_blocks.h"
 #include "kernels/cuda/device_matrix.h"
 #include "kernels/cuda/matmul.h"
 #include "tests/cuda/gpu_test_env.h"
-#include "tests/random_blocks.h"
 
 namespace moe::cuda {
 namespace {

@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "common/error.h"
-#include "coordinator/model/rmsnorm.h"
-#include "coordinator/model/rope.h"
-#include "coordinator/model/router.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/random_blocks.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/router.h"
 #include "kernels/cuda/device_matrix.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
@@ -22,7 +23,6 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/router.h"
 #include "tests/cuda/gpu_test_env.h"
-#include "tests/random_blocks.h"
 
 namespace moe::cuda {
 namespace {

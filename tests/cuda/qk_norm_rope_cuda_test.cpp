@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/model/rmsnorm.h"
-#include "coordinator/model/rope.h"
+#include "kernels/cpu/random_blocks.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/qk_norm_rope.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
 #include "tests/cuda/gpu_test_env.h"
-#include "tests/random_blocks.h"
 
 namespace moe::cuda {
 namespace {

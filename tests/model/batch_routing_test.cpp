@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "coordinator/model/router.h"
+#include "kernels/cpu/router.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moe::model {

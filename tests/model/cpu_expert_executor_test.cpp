@@ -2,7 +2,7 @@
 // rounding allows), for decode-sized and prefill-sized batches, and independent of the pool's
 // size to the bit: its parallel activation conversion, SwiGLU and weighted sum must not change
 // what one thread computes.
-#include "coordinator/model/cpu_expert_executor.h"
+#include "experts/cpu_expert_executor.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/model/model_config.h"
-#include "coordinator/model/tensor_table.h"
+#include "experts/model_config.h"
+#include "experts/tensor_table.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"

@@ -1,7 +1,7 @@
 // decode_bound(): reference/performance.md §1 with measured rates. Anchored on the reference's
 // own table (§3.3, H200, h = 0.25, misses at 128 GB/s CPU + PCIe: 151 tok/s), then the max()
 // switching sides, the PCIe lane, and no bound without the rates or decode items.
-#include "coordinator/model/expert_runtime_stats.h"
+#include "coordinator/residency/expert_runtime_stats.h"
 
 #include <gtest/gtest.h>
 

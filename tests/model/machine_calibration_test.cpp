@@ -3,7 +3,7 @@
 // with a message naming it on load and replaced on save. cpu_us_at's interpolation, the thread
 // counts to measure, the default cache path, and measure_cpu_expert_rates on a fake executor
 // (its call pattern and arguments) and on the real CPU executor of the tiny test model.
-#include "coordinator/model/machine_calibration.h"
+#include "coordinator/residency/machine_calibration.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -22,8 +22,8 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
-#include "coordinator/model/cpu_expert_executor.h"
-#include "coordinator/model/model_config.h"
+#include "experts/cpu_expert_executor.h"
+#include "experts/model_config.h"
 #include "tests/testdata.h"
 
 namespace {

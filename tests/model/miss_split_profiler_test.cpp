@@ -1,7 +1,7 @@
 // MissSplitProfiler: before both rates are measured it copies about half the misses (so both get
 // measured); once measured it balances the CPU's part against the copies; it follows changed
 // rates through its moving averages; old never copies none, new may; bad samples are ignored.
-#include "coordinator/model/miss_split_profiler.h"
+#include "coordinator/residency/miss_split_profiler.h"
 
 #include <gtest/gtest.h>
 

@@ -13,7 +13,7 @@
 #include "common/gguf.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
-#include "coordinator/model/reference_forward.h"
+#include "tests/model/reference_forward.h"
 #include "tests/model/synth_model.h"
 
 namespace {

@@ -3,7 +3,7 @@
 // follow each layer's score mass; admit() takes a free slot, else displaces only a colder,
 // unpinned expert of its pool or range; bad arguments throw; a random mix of calls keeps the
 // slot tables consistent.
-#include "coordinator/model/residency_policy.h"
+#include "coordinator/residency/residency_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // RoutingProfile (--moe-profile FILE): saved and loaded back equal; a missing file is a cold
 // start; a file that is not a profile, is corrupt or truncated, or was recorded for another
 // model's shape is refused with a message naming the file.
-#include "coordinator/model/routing_profile.h"
+#include "coordinator/residency/routing_profile.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

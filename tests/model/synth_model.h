@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "common/synth/qwen3moe_synth.h"
+#include "tools/synth/qwen3moe_synth.h"
 
 namespace moe::test {
 

@@ -1,4 +1,4 @@
-// The qwen35moe synthetic-model generator (common/synth/qwen35moe_synth.h): the tiny preset loads
+// The qwen35moe synthetic-model generator (tools/synth/qwen35moe_synth.h): the tiny preset loads
 // and runs a numerically sane forward (prompt batch = token by token), its Q4_K_M-like type mix
 // (Q5_K routed-expert down projection as in Unsloth's UD files), and the real Qwen3.6-35B-A3B
 // preset's metadata, tensor table and size, checked without writing its 20 GB of weights.
@@ -20,9 +20,9 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
-#include "common/synth/qwen35moe_synth.h"
 #include "coordinator/model/model_arch.h"
-#include "coordinator/model/model_config.h"
+#include "experts/model_config.h"
+#include "tools/synth/qwen35moe_synth.h"
 
 namespace {
 

@@ -13,11 +13,11 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
-#include "common/synth/qwen3moe_synth.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "tests/model/synth_model.h"
 #include "tests/testdata.h"
+#include "tools/synth/qwen3moe_synth.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/model/child_process.h"
+#include "common/child_process.h"
 #include "cpu_worker/process_watch.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "moe/v1/control.grpc.pb.h"

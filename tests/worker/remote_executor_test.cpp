@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "coordinator/model/cpu_expert_executor.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "experts/cpu_expert_executor.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tests/worker/worker_test_util.h"
 

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/shm/expert_protocol.h"
 #include "common/shm/shm_segment.h"
+#include "experts/expert_protocol.h"
 #include "tests/worker/worker_test_util.h"
 
 namespace {

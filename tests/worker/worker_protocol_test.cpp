@@ -11,11 +11,11 @@
 #include <random>
 #include <vector>
 
-#include "common/shm/expert_protocol.h"
+#include "common/child_process.h"
 #include "common/shm/futex.h"
 #include "common/shm/shm_segment.h"
-#include "coordinator/model/child_process.h"
-#include "coordinator/model/cpu_expert_executor.h"
+#include "experts/cpu_expert_executor.h"
+#include "experts/expert_protocol.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tests/worker/worker_test_util.h"
 

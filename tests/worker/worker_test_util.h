@@ -11,8 +11,8 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
-#include "coordinator/model/model_config.h"
-#include "coordinator/model/remote_expert_executor.h"
+#include "experts/model_config.h"
+#include "experts/remote_expert_executor.h"
 #include "tests/model/synth_model.h"
 
 namespace moe::test {
