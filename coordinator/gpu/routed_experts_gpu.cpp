@@ -1,23 +1,25 @@
+// RoutedExpertsGpu's set-up (expert homes, pool, staging ring, device routing buffers), the entry
+// of each layer (run(): device routing for resident decode, else the host round trip to
+// run_split() in routed_experts_split.cpp), the device-routed path, and the stats and profile.
+// The streamed prefill is in routed_experts_streaming.cpp, the calibration in
+// routed_experts_calibration.cpp.
 #include "coordinator/gpu/routed_experts_gpu.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <functional>
 #include <string>
 
 #include "common/error.h"
 #include "coordinator/gpu/gpu_upload.h"
+#include "coordinator/gpu/routed_experts_gpu_internal.h"
 #include "coordinator/model/batch_routing.h"
 #include "coordinator/residency/routing_profile.h"
 #include "experts/cpu_expert_executor.h"
 #include "experts/tensor_table.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/expert_lists.h"
 #include "kernels/cuda/expert_matmul.h"
-#include "kernels/cuda/host_read.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
@@ -25,31 +27,9 @@
 namespace moe::gpu {
 namespace {
 
-// Packs the per-layer expert lists into one pinned block so a single copy moves them.
-class MetaWriter {
- public:
-  explicit MetaWriter(unsigned char* base) : base_(base) {}
-  template <typename T>
-  T* take(int64_t n) {
-    off_ = (off_ + 15) & ~size_t{15};
-    T* p = reinterpret_cast<T*>(base_ + off_);
-    off_ += static_cast<size_t>(n) * sizeof(T);
-    return p;
-  }
-  size_t size() const { return off_; }
-
- private:
-  unsigned char* base_;
-  size_t off_ = 0;
-};
-
-// Bytes of one expert's gate, up and down matrices: what one copy over PCIe moves.
-uint64_t expert_bytes(const model::ExpertLayerTensors& t) {
-  return t.gate.expert_bytes() + t.up.expert_bytes() + t.down.expert_bytes();
-}
-
-// A moving average over the last few layers: they differ little, but a busy machine can slow one.
-void average(double& avg, double sample) { avg = avg > 0 ? 0.75 * avg + 0.25 * sample : sample; }
+using routed_internal::average;
+using routed_internal::expert_bytes;
+using routed_internal::MetaWriter;
 
 template <typename T>
 T* grow(std::vector<T>& v, int64_t n) {
@@ -405,233 +385,6 @@ std::string RoutedExpertsGpu::summary() const {
   return s;
 }
 
-void RoutedExpertsGpu::choose_staged(int64_t l, int64_t n) {
-  for (int32_t e : staged_ids_) staged_[static_cast<size_t>(e)] = ResidentExpert{};
-  staged_ids_.clear();
-  staged_dst_.clear();
-  // Decode only: a prefill batch streams all its misses (streams_batch).
-  if ((stream_share_ <= 0 && !profiler_) || n > kDeviceRoutingMaxTokens) return;
-  std::vector<int32_t>& misses = misses_;  // distinct missing experts, in routing order
-  misses.clear();
-  for (int64_t i = 0; i < n * cfg_.n_expert_used; ++i) {
-    const int32_t e = rids_[static_cast<size_t>(i)];
-    residency_->pin(l, e);  // no admission below may evict an expert this visit computes from
-    if (!residency_->find(l, e) && std::find(misses.begin(), misses.end(), e) == misses.end()) {
-      misses.push_back(e);
-    }
-  }
-  const auto m = static_cast<int64_t>(misses.size());
-  int64_t want = 0;
-  if (profiler_) {
-    want = profiler_->choose(static_cast<int>(m));
-  } else {
-    want = std::llround(static_cast<double>(m) * stream_share_);
-  }
-  want = std::min<int64_t>(want, staging_slots_);
-  // A copied miss goes into the pool when it is hotter than the expert it would displace (it is
-  // then a hit next time), else into a staging slot for this visit only.
-  int64_t staging = 0;
-  for (int64_t j = 0; j < want; ++j) {
-    const int32_t e = misses[static_cast<size_t>(j)];
-    unsigned char* dst = residency_->admit(l, e);
-    if (dst) {
-      ++stats_.admitted;
-    } else {
-      dst = staging_slot(staging++);
-    }
-    staged_[static_cast<size_t>(e)] = residency_->slot_view(l, dst);
-    staged_ids_.push_back(e);
-    staged_dst_.push_back(dst);
-  }
-  residency_->unpin_all();
-}
-
-void RoutedExpertsGpu::copy_staged(int64_t l, cudaStream_t stream) {
-  if (staged_ids_.empty()) return;
-  // A prefill's copies into the slots (on the copy stream) are done before these start.
-  for (const auto& e : slots_ready_) MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, e->get(), 0));
-  if (profiler_) MOE_CUDA_CHECK(cudaEventRecord(pcie_t0_->get(), stream));
-  for (size_t j = 0; j < staged_ids_.size(); ++j) {
-    residency_->stage(l, staged_ids_[j], staged_dst_[j], stream);
-    stats_.pcie_bytes += expert_bytes(tensors_[static_cast<size_t>(l)]);
-  }
-  if (profiler_) {
-    MOE_CUDA_CHECK(cudaEventRecord(pcie_t1_->get(), stream));
-    pcie_timed_ = static_cast<int64_t>(staged_ids_.size());
-  }
-}
-
-void RoutedExpertsGpu::run_split(int64_t l, int64_t n, const float* xn, float* out,
-                                 cudaStream_t stream) {
-  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.n_ff_exp;
-  // A batch counts as much as one token toward the residency scores: the pool serves decode,
-  // whose experts follow the last tokens (measured: a pool planned from pp512's routing and
-  // scored with it at full weight held tg128 at 70 tok/s against 81-87 planned from decode).
-  const double weight = 1.0 / static_cast<double>(n);
-  for (int64_t i = 0; i < n * K; ++i) {
-    residency_->record(l, rids_[static_cast<size_t>(i)], weight);
-  }
-  // The misses streamed over PCIe this step (decode) run on the GPU like resident experts.
-  choose_staged(l, n);
-  // A prefill batch streams its misses through the staging slots instead (see streams_batch),
-  // except those prefetch() left to the CPU.
-  const bool stream_all = streams_batch(n);
-  if (stream_all && prefetched_layer_ != l) prefetch(l, n);
-  // Split the items: experts with a VRAM copy (or streamed) run on the GPU, grouped by expert.
-  cpu_items_.clear();
-  group_of_.assign(static_cast<size_t>(n * K), -1);
-  count_.assign(static_cast<size_t>(X), 0);
-  int64_t total = 0;
-  const bool decode = n <= kDeviceRoutingMaxTokens;  // counted apart for the decode bound
-  if (decode) stats_.decode += static_cast<uint64_t>(n * K);
-  for (int64_t i = 0; i < n * K; ++i) {
-    const int32_t e = rids_[static_cast<size_t>(i)];
-    // A miss copied this visit (into the pool or a staging slot) counts as streamed.
-    const bool resident =
-        !staged_[static_cast<size_t>(e)].gate && residency_->find(l, e) != nullptr;
-    if (resident && decode) ++stats_.decode_resident;
-    if (resident || gpu_copy(l, e) || (stream_all && !prefill_cpu_[static_cast<size_t>(e)])) {
-      ++(resident ? stats_.resident : stats_.streamed);
-      group_of_[static_cast<size_t>(i)] = e;
-      ++count_[static_cast<size_t>(e)];
-      ++total;
-    } else {
-      cpu_items_.push_back({static_cast<int32_t>(i / K), e, rweights_[static_cast<size_t>(i)]});
-      ++stats_.cpu;
-    }
-  }
-
-  cpu_experts_->note_split(l, n, total, static_cast<int64_t>(cpu_items_.size()));
-  // The CPU's share starts now: on the runner thread it computes while this thread enqueues the
-  // GPU's share (and the caller the next layer's attention).
-  if (!cpu_items_.empty()) {
-    runner_->start(l, h_xn_.get<float>(), n, cpu_items_, h_cpu_out_.get<float>());
-    cpu_timed_ = profiler_ && n <= kDeviceRoutingMaxTokens;
-    cpu_prefill_timed_ = stream_all ? prefill_cpu_n_ : 0;
-  }
-  copy_staged(l, stream);
-
-  if (!stream_all) streamed_.clear();
-  // Streamed chunks are consumed (their ring places freed) even when the CPU got every item.
-  if (total > 0 || !streamed_.empty()) {
-    // Groups: the experts with a VRAM copy that have rows, in expert order, then every expert
-    // prefetch() streams (rows or not); streamed group k computes from staging slot
-    // k % staging_slots_.
-    int32_t n_resident = 0;
-    for (int64_t e = 0; e < X; ++e) {
-      if (count_[static_cast<size_t>(e)] > 0 && gpu_copy(l, static_cast<int32_t>(e))) ++n_resident;
-    }
-    const int32_t n_groups = n_resident + static_cast<int32_t>(streamed_.size());
-    MetaWriter w(h_meta_.get<unsigned char>());
-    const void** wg = w.take<const void*>(n_groups);
-    const void** wu = w.take<const void*>(n_groups);
-    const void** wd = w.take<const void*>(n_groups);
-    int32_t* offsets = w.take<int32_t>(n_groups + 1);
-    int32_t* x_rows = w.take<int32_t>(total);
-    int32_t* ident = w.take<int32_t>(total);
-    int32_t* tok_off = w.take<int32_t>(n + 1);
-    int32_t* rows = w.take<int32_t>(total);
-    float* weights = w.take<float>(total);
-    // next_row_[e] is where expert e's next item goes.
-    next_row_.assign(static_cast<size_t>(X), 0);
-    int32_t g = 0, acc = 0;
-    offsets[0] = 0;
-    const auto add_group = [&](int64_t e, const ResidentExpert& r) {
-      wg[g] = r.gate;
-      wu[g] = r.up;
-      wd[g] = r.down;
-      next_row_[static_cast<size_t>(e)] = acc;
-      acc += count_[static_cast<size_t>(e)];
-      offsets[++g] = acc;
-    };
-    for (int64_t e = 0; e < X; ++e) {
-      const ResidentExpert* r = gpu_copy(l, static_cast<int32_t>(e));
-      if (count_[static_cast<size_t>(e)] > 0 && r) add_group(e, *r);
-    }
-    for (size_t k = 0; k < streamed_.size(); ++k) {
-      add_group(streamed_[k], streamed_view(l, static_cast<int64_t>(k)));
-    }
-    int32_t k = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      tok_off[t] = k;
-      for (int64_t j = 0; j < K; ++j) {
-        const int32_t e = group_of_[static_cast<size_t>(t * K + j)];
-        if (e < 0) continue;
-        const int32_t row = next_row_[static_cast<size_t>(e)]++;
-        x_rows[row] = static_cast<int32_t>(t);
-        rows[k] = row;
-        weights[k] = rweights_[static_cast<size_t>(t * K + j)];
-        ++k;
-      }
-    }
-    tok_off[n] = k;
-    for (int32_t i = 0; i < total; ++i) ident[i] = i;
-
-    unsigned char* hbase = h_meta_.get<unsigned char>();
-    unsigned char* dbase = d_meta_.as<unsigned char>();
-    auto dev = [&](const void* host_ptr) {
-      return dbase + (static_cast<const unsigned char*>(host_ptr) - hbase);
-    };
-    // Through the SMs: a copy-engine transfer would queue behind the prefill's chunk copies.
-    cuda::copy_from_host(dbase, hbase, w.size(), stream);
-
-    const model::ExpertLayerTensors& et = tensors_[static_cast<size_t>(l)];
-    const auto* d_off = reinterpret_cast<const int32_t*>(dev(offsets));
-    const auto* d_xrows = reinterpret_cast<const int32_t*>(dev(x_rows));
-    const auto* d_ident = reinterpret_cast<const int32_t*>(dev(ident));
-    const auto* d_wg = reinterpret_cast<const void* const*>(dev(wg));
-    const auto* d_wu = reinterpret_cast<const void* const*>(dev(wu));
-    const auto* d_wd = reinterpret_cast<const void* const*>(dev(wd));
-    float* dg = d_g_.as<float>();
-    float* du = d_u_.as<float>();
-    float* dh = d_h_.as<float>();
-    float* dy = d_y_.as<float>();
-    // Every launch of the batch gets the batch's largest group as its bound, so an expert's rows
-    // take the same kernel (FP32 GEMV up to 8 rows, tensor cores above) whichever launch they
-    // fall in: streamed and resident prefill then give the same bits.
-    int64_t max_rows = 0;
-    for (int32_t i = 0; i < n_groups; ++i) {
-      max_rows = std::max(max_rows, int64_t{offsets[i + 1] - offsets[i]});
-    }
-    // Groups [g0, g1): their rows are offsets[g0] .. offsets[g1] - 1 of every scratch matrix.
-    const auto compute = [&](int32_t g0, int32_t g1) {
-      if (g1 <= g0) return;
-      const int64_t r0 = offsets[g0], n_rows = offsets[g1] - offsets[g0];
-      if (n_rows == 0) return;  // streamed experts the batch did not route to
-      batch_.grouped_matmul(et.gate.type(), E, F, et.gate.row_bytes, d_wg + g0, d_off + g0, g1 - g0,
-                            d_xrows, n_rows, max_rows, xn, E, dg);
-      batch_.grouped_matmul(et.up.type(), E, F, et.up.row_bytes, d_wu + g0, d_off + g0, g1 - g0,
-                            d_xrows, n_rows, max_rows, xn, E, du);
-      batch_.swiglu(dg + r0 * F, du + r0 * F, dh + r0 * F, n_rows * F);
-      batch_.grouped_matmul(et.down.type(), F, E, et.down.row_bytes, d_wd + g0, d_off + g0, g1 - g0,
-                            d_ident, n_rows, max_rows, dh, F, dy);
-    };
-    MOE_CUDA_CHECK(cudaEventRecord(gpu_t0_->get(), stream));
-    compute(0, n_resident);
-    if (!streamed_.empty()) stream_groups(l, n_resident, compute, stream);
-    prefetched_layer_ = -1;
-    batch_.combine_rows(dy, reinterpret_cast<const int32_t*>(dev(tok_off)),
-                        reinterpret_cast<const int32_t*>(dev(rows)),
-                        reinterpret_cast<const float*>(dev(weights)), n, E, /*accumulate=*/true,
-                        out);
-    submit(stream);
-    if (!staged_ids_.empty()) {
-      // A later prefill copies into these slots only after this step computed from them.
-      for (const auto& e : slots_free_) MOE_CUDA_CHECK(cudaEventRecord(e->get(), stream));
-    }
-    MOE_CUDA_CHECK(cudaEventRecord(gpu_t1_->get(), stream));
-    gpu_timed_ = true;
-    gpu_prefill_timed_ = stream_all ? static_cast<int64_t>(streamed_.size()) : 0;
-  }
-
-  // The CPU's share joins the GPU's once it is done.
-  if (!cpu_items_.empty()) {
-    runner_->enqueue_wait(stream);
-    // Read from pinned memory by the SMs, for the same reason as the expert lists.
-    cuda::add_inplace(out, h_cpu_out_.get<float>(), n * E, stream);
-  }
-}
-
 model::ExpertRuntimeStats RoutedExpertsGpu::runtime() const {
   model::ExpertRuntimeStats r;
   r.items_vram = stats_.resident;
@@ -722,142 +475,6 @@ void RoutedExpertsGpu::abandon() noexcept {
     join_runner();
   } catch (...) {
     // The forward is failing already; its first error is the one reported.
-  }
-}
-
-void RoutedExpertsGpu::measure_split() {
-  // Called after run() joined the runner and synchronised the stream: the last decode layer's
-  // CPU job and its copies (events around them on the stream) are done.
-  if (cpu_timed_) profiler_->record_cpu(runner_->last_items(), runner_->last_us());
-  cpu_timed_ = false;
-  if (pcie_timed_ > 0) {
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, pcie_t0_->get(), pcie_t1_->get()) == cudaSuccess) {
-      profiler_->record_pcie(pcie_timed_, static_cast<double>(ms) * 1000.0);
-    } else {
-      (void)cudaGetLastError();  // not recorded (an error path): skip the sample
-    }
-    pcie_timed_ = 0;
-  }
-}
-
-bool RoutedExpertsGpu::streams_batch(int64_t n) const {
-  // Prefill: a batch of this size uses most of a layer's experts, which cross PCIe (55 GB/s on
-  // the H200 host) far faster than the CPU computes them for so many tokens (~50 tokens/s).
-  return !copy_streams_.empty() && pin_->pinned() && n >= kStreamBatchMinTokens;
-}
-
-unsigned char* RoutedExpertsGpu::staging_slot(int64_t k) const {
-  return staging_.as<unsigned char>() +
-         static_cast<size_t>(k % staging_slots_) * residency_->slot_bytes();
-}
-
-int64_t RoutedExpertsGpu::prefill_cpu_count(int64_t m) const {
-  if (m == 0) return 0;
-  if (prefill_cpu_share_ >= 0) {
-    return std::min<int64_t>(m, std::llround(static_cast<double>(m) * prefill_cpu_share_));
-  }
-  // Until both sides have been timed, one expert gives the CPU's first measurement.
-  if (prefill_cpu_us_per_expert_ <= 0 || prefill_gpu_us_per_expert_ <= 0) return 1;
-  // The split that ends both sides of a layer together (FreeToken's q = m * B_gpu / (B_gpu +
-  // B_cpu), in times per expert). The GPU's time per streamed expert is what the layers took with
-  // the CPU busy beside them, copies waited for included, so a CPU that slows the link or the
-  // thread driving the GPU gets fewer experts.
-  // At least one expert, so a slow first measurement (a cold CPU) is measured again and not
-  // kept for good.
-  const double g = prefill_gpu_us_per_expert_, c = prefill_cpu_us_per_expert_;
-  return std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(m) * g / (g + c)), 1, m);
-}
-
-void RoutedExpertsGpu::prefetch(int64_t l, int64_t n) {
-  prefetched_layer_ = -1;
-  std::fill(prefill_cpu_.begin(), prefill_cpu_.end(), 0);
-  prefill_cpu_n_ = 0;
-  if (!streams_batch(n)) return;
-  // Every expert without a VRAM copy: a batch this size routes to nearly all of them (512 tokens
-  // miss one of 128 experts with probability (1 - 8/128)^512), and copying before routing is
-  // known lets the copies overlap the layer's attention.
-  std::vector<int32_t>& cand = prefill_candidates_;
-  cand.clear();
-  for (int64_t e = 0; e < cfg_.n_expert; ++e) {
-    if (!residency_->find(l, e)) cand.push_back(static_cast<int32_t>(e));
-  }
-  // The CPU takes the least routed of them lately: its time grows with an expert's tokens, a
-  // copy's does not.
-  const int64_t c = prefill_cpu_count(static_cast<int64_t>(cand.size()));
-  prefill_cpu_n_ = c;
-  if (c > 0) {
-    std::vector<int32_t>& coldest = prefill_coldest_;
-    coldest.assign(cand.begin(), cand.end());
-    std::partial_sort(coldest.begin(), coldest.begin() + c, coldest.end(),
-                      [&](int32_t a, int32_t b) {
-                        const double sa = residency_->score(l, a), sb = residency_->score(l, b);
-                        return sa != sb ? sa < sb : a < b;
-                      });
-    for (int64_t i = 0; i < c; ++i)
-      prefill_cpu_[static_cast<size_t>(coldest[static_cast<size_t>(i)])] = 1;
-    prefill_cpu_experts_ += static_cast<uint64_t>(c);
-  }
-  // The rest stream, in expert order (runs of consecutive experts move in one copy).
-  streamed_.clear();
-  for (int32_t e : cand) {
-    if (!prefill_cpu_[static_cast<size_t>(e)]) streamed_.push_back(e);
-  }
-  prefetched_layer_ = l;
-  layer_chunk0_ = chunk_seq_;
-  const auto n_chunks = (static_cast<int64_t>(streamed_.size()) + chunk_ - 1) / chunk_;
-  chunk_seq_ += n_chunks;
-  for (int64_t c = 0; c < std::min(n_chunks, ring_); ++c) copy_chunk(l, c);
-}
-
-ResidentExpert RoutedExpertsGpu::streamed_view(int64_t l, int64_t k) const {
-  // Chunks go round the ring across layers too, so the next layer's first chunks are copied
-  // while this layer's last ones are computed.
-  const int64_t h = (layer_chunk0_ + k / chunk_) % ring_;
-  return residency_->chunk_view(l, staging_slot(h * chunk_), chunk_, k % chunk_);
-}
-
-void RoutedExpertsGpu::copy_chunk(int64_t l, int64_t c) {
-  const auto n = static_cast<int64_t>(streamed_.size());
-  const int64_t h = (layer_chunk0_ + c) % ring_;
-  cudaStream_t copy = copy_streams_[static_cast<size_t>(h) % copy_streams_.size()]->get();
-  // The place is free once `stream` computed the chunk that held it (or a decode step used it).
-  MOE_CUDA_CHECK(cudaStreamWaitEvent(copy, slots_free_[h]->get(), 0));
-  // Runs of consecutive experts (streamed_ is in expert order) move in one copy per matrix.
-  unsigned char* chunk = staging_slot(h * chunk_);
-  const int64_t end = std::min(n, (c + 1) * chunk_);
-  for (int64_t k = c * chunk_; k < end;) {
-    int64_t run = 1;
-    while (k + run < end &&
-           streamed_[static_cast<size_t>(k + run)] == streamed_[static_cast<size_t>(k)] + run) {
-      ++run;
-    }
-    residency_->stage_run(l, streamed_[static_cast<size_t>(k)], run, chunk, chunk_, k % chunk_,
-                          copy);
-    stats_.pcie_bytes +=
-        static_cast<uint64_t>(run) * expert_bytes(tensors_[static_cast<size_t>(l)]);
-    k += run;
-  }
-  MOE_CUDA_CHECK(cudaEventRecord(slots_ready_[h]->get(), copy));
-}
-
-void RoutedExpertsGpu::stream_groups(int64_t l, int32_t first_group,
-                                     const std::function<void(int32_t, int32_t)>& compute,
-                                     cudaStream_t stream) {
-  // Chunks 0 .. ring_ - 1 were started by prefetch(); chunk c + ring_ is copied once chunk c is
-  // computed.
-  const auto n = static_cast<int64_t>(streamed_.size());
-  const int64_t n_chunks = (n + chunk_ - 1) / chunk_;
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    const int64_t h = (layer_chunk0_ + c) % ring_;
-    submit(stream);  // what was recorded before the wait runs before it
-    MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, slots_ready_[h]->get(), 0));
-    const auto g0 = static_cast<int32_t>(first_group + c * chunk_);
-    const auto g1 = static_cast<int32_t>(first_group + std::min(n, (c + 1) * chunk_));
-    compute(g0, g1);
-    submit(stream);
-    MOE_CUDA_CHECK(cudaEventRecord(slots_free_[h]->get(), stream));
-    if (c + ring_ < n_chunks) copy_chunk(l, c + ring_);
   }
 }
 

@@ -111,7 +111,33 @@ class RoutedExpertsGpu {
   void calibrate(const gguf::GgufFile& f, cpu::ThreadPool& pool, bool recalibrate);
   void measure_gpu_rates(int64_t layer);
   std::string calibration_summary() const;
+  // A host-routed layer (routed_experts_split.cpp): its items split between the GPU (VRAM copies,
+  // copies over PCIe) and the CPU share, both enqueued, the CPU's added into out once done.
   void run_split(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream);
+  // Assigns each routed item to the GPU (group_of_ its expert, count_ per expert) or the CPU
+  // (cpu_items_) and counts them; returns the GPU's items.
+  int64_t split_items(int64_t layer, int64_t n, bool stream_all);
+  // A split layer's expert lists for the GPU's share, written into h_meta_ (pinned) so one copy
+  // moves them: per group its matrices and first row, per row its token, per token its rows.
+  struct SplitLists {
+    const void** gate = nullptr;
+    const void** up = nullptr;
+    const void** down = nullptr;
+    int32_t* offsets = nullptr;  // group g's rows: offsets[g] .. offsets[g + 1] - 1
+    int32_t* x_rows = nullptr;   // the token row each row reads
+    int32_t* ident = nullptr;    // 0, 1, 2, ...: the down projection writes row i to row i
+    int32_t* tok_off = nullptr;  // token t's entries of rows / weights start at tok_off[t]
+    int32_t* rows = nullptr;
+    float* weights = nullptr;
+    int32_t n_resident = 0;  // groups of experts with a VRAM copy, before the streamed ones
+    int32_t n_groups = 0;
+    size_t bytes = 0;  // of h_meta_ used
+  };
+  SplitLists write_split_lists(int64_t layer, int64_t n, int64_t total);
+  // Enqueues the GPU's `total` items of a split layer (and its streamed chunks) and adds them
+  // into out.
+  void run_gpu_share(int64_t layer, int64_t n, const float* xn, float* out, int64_t total,
+                     bool stream_all, cudaStream_t stream);
   float* scratch(VramBuffer& b, size_t floats, const char* what);
   // Feeds the profiler the last decode layer's CPU job time and copy time.
   void measure_split();
@@ -125,7 +151,8 @@ class RoutedExpertsGpu {
   // How many of a prefill layer's m CPU-homed experts without a VRAM copy the CPU computes while
   // the others stream (--moe-prefill-cpu-share).
   int64_t prefill_cpu_count(int64_t m) const;
-  // Whether a batch of n tokens streams every CPU-homed expert it uses to the GPU.
+  // Whether a batch of n tokens streams every CPU-homed expert it uses to the GPU. This and the
+  // staging ring below are in routed_experts_streaming.cpp.
   bool streams_batch(int64_t n) const;
   unsigned char* staging_slot(int64_t k) const;
   // Where streamed_[k] of layer l is in VRAM: its chunk of the ring, laid out by matrix.

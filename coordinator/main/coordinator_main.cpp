@@ -237,6 +237,151 @@ std::shared_ptr<grpc::ServerCredentials> grpc_credentials(const Args& a) {
   return grpc::SslServerCredentials(opt);
 }
 
+// The gRPC server on --host:--port with `services`, answering UNAVAILABLE until the engine runs;
+// `local` is set to the address it bound (the port chosen when --port is 0).
+std::unique_ptr<grpc::Server> start_grpc(const Args& a,
+                                         std::initializer_list<grpc::Service*> services,
+                                         std::string& local) {
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  const std::string addr = a.host + ":" + std::to_string(a.port);
+  builder.AddListeningPort(addr, grpc_credentials(a), &bound_port);
+  // gRPC sets SO_REUSEPORT by default: a second coordinator would then bind the same port and
+  // take half of its calls instead of failing to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  // Each streaming call holds a thread; beyond this the server answers RESOURCE_EXHAUSTED.
+  grpc::ResourceQuota quota("moe-coordinator");
+  quota.SetMaxThreads(a.max_rpc_threads);
+  builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    throw Error("gRPC: cannot listen on " + addr + " (in use by another process?)");
+  }
+  local = a.host + ":" + std::to_string(bound_port);
+  return server;
+}
+
+// The placement's CPU worker processes, started and registered with the gRPC server at `local`.
+std::unique_ptr<engine::WorkerPoolExperts> start_workers(const Args& a,
+                                                         const model::ModelConfig& cfg,
+                                                         const placement::Placement& place,
+                                                         const std::string& local,
+                                                         engine::WorkerRegistry& registry) {
+  engine::WorkerPoolOptions wo;
+  wo.base.worker_bin =
+      a.worker_bin.empty()
+          ? (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "moe-cpu-worker")
+                .string()
+          : a.worker_bin;
+  wo.base.model_path = a.model;
+  wo.base.n_embd = cfg.n_embd;
+  wo.base.max_tokens = a.n_batch;
+  wo.base.max_items = a.n_batch * cfg.n_expert_used;
+  wo.base.start_timeout = std::chrono::seconds(a.worker_timeout_s);
+  wo.workers = place.cpu_workers;
+  // Spinning for the other side pays only when both have cores of their own; on shared cores
+  // it steals the cycles the other side computes with (measured in docs/PERFORMANCE.md).
+  wo.base.pool_spin = a.pool_spin;
+  wo.base.spin = shares_cores(place) ? 0 : static_cast<uint32_t>(std::max(a.pool_spin, 2000));
+  wo.coordinator_addr = local;
+  wo.register_timeout = std::chrono::seconds(a.worker_timeout_s);
+  wo.silence_limit = std::chrono::milliseconds(static_cast<int64_t>(a.worker_silence_s * 1000));
+  auto workers = std::make_unique<engine::WorkerPoolExperts>(std::move(wo), registry);
+  log("CPU workers ready: " + std::to_string(workers->size()));
+  return workers;
+}
+
+// Reads the weights into the page cache now, with progress, rather than page-faulting them in
+// during the first requests.
+void prefetch_weights(const gguf::GgufFile& file) {
+  Progress progress("loading model", gguf::tensor_data_bytes(file), Progress::Unit::Bytes);
+  gguf::prefetch_tensor_data(file, &progress, 2);
+  progress.finish();
+}
+
+// The forward (CPU or GPU per the flags) on the workers' experts, or in-process ones on `pool`
+// when there are no workers; it owns the executor, so the workers stop when it goes.
+std::unique_ptr<model::ModelArch> load_model(const Args& a, const gguf::GgufFile& file,
+                                             cpu::ThreadPool& pool,
+                                             std::unique_ptr<engine::WorkerPoolExperts> workers,
+                                             engine::LayerStats& layer_stats, int64_t n_ctx) {
+  // Every executor is wrapped so GetStats and /metrics can show per-layer expert work.
+  std::unique_ptr<model::ExpertExecutor> experts;
+  if (workers) {
+    experts = std::move(workers);
+  } else {
+    experts = model::cpu_experts_for(file, pool);
+  }
+  gpu::GpuOptions gpu_opt = a.gpu;
+  gpu_opt.n_ctx = n_ctx;
+  std::string model_placement;
+  auto model = gpu::create_model(
+      file, pool, std::make_unique<engine::InstrumentedExperts>(std::move(experts), layer_stats),
+      gpu_opt, &model_placement);
+  log(model_placement);
+  if (a.llama.mlock && ::mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
+    // As llama.cpp: a warning, not an error (RLIMIT_MEMLOCK is often below a model's size).
+    log(std::string("warning: --mlock: mlockall failed (") + std::strerror(errno) +
+        "); raise the memlock limit (ulimit -l) to keep the model in RAM");
+  }
+  return model;
+}
+
+engine::EngineOptions engine_options(const Args& a, int64_t n_ctx,
+                                     engine::WorkerPoolExperts* workers, http::Metrics* metrics) {
+  engine::EngineOptions eo;
+  eo.n_ctx = n_ctx;
+  eo.k_type = model::parse_kv_type(a.ctk);
+  eo.v_type = model::parse_kv_type(a.ctv);
+  eo.queue_capacity = a.queue_size;
+  eo.n_batch = a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
+  if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
+  eo.metrics = metrics;
+  return eo;
+}
+
+// --http-port: the OpenAI-compatible HTTP API; `http_addr` is set to the address it listens on.
+std::unique_ptr<http::HttpServer> start_http(const Args& a, server::ServingState& state,
+                                             engine::WorkerRegistry& registry,
+                                             http::Metrics& metrics, std::string& http_addr) {
+  http::HttpOptions ho;
+  ho.host = a.http_host.empty() ? a.host : a.http_host;
+  ho.port = a.http_port;
+  ho.api_key = a.api_key;
+  ho.max_body_bytes = a.http_max_body;
+  ho.threads = a.http_threads;
+  ho.cors_origins = a.cors_origins;
+  ho.ssl_cert_file = a.ssl_cert_file;
+  ho.ssl_key_file = a.ssl_key_file;
+  ho.model_id = a.alias.empty() ? state.model_name : a.alias;
+  ho.strict_model = !a.alias.empty();
+  ho.model_path = a.model;
+  auto http_server = std::make_unique<http::HttpServer>(ho, state, registry, metrics);
+  http_addr = ho.host + ":" + std::to_string(http_server->port());
+  log("OpenAI-compatible HTTP API on " + std::string(a.ssl_cert_file.empty() ? "http" : "https") +
+      "://" + http_addr + "/v1" + (a.api_key.empty() ? "" : " (API key required)"));
+  return http_server;
+}
+
+// Stops serving: new calls see UNAVAILABLE; running ones end at their next token; then the
+// servers drain.
+void drain(engine::WorkerRegistry& registry, server::ServingState& state, engine::Engine& eng,
+           grpc::Server& server, http::HttpServer* http_server) {
+  registry.begin_shutdown();
+  state.engine.store(nullptr);
+  eng.stop();
+  // The stopped engine has failed every job; give their streams a moment to send that status.
+  // Then close: the short deadline also ends idle client connections, which a sync server would
+  // otherwise wait for until the deadline.
+  for (int i = 0; i < 100 && state.active_streams.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server.Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  if (http_server) http_server->stop();
+}
+
 int run(const Args& a, const std::string& worker_secret) {
   ReadyFile ready(a.ready_file);  // before anything starts: refused when it exists
   const auto file = gguf::GgufFile::open(a.model, moe::gpu::load_mode(a.gpu));
@@ -252,62 +397,15 @@ int run(const Args& a, const std::string& worker_secret) {
   server::GenerationService generation(state, auth);
   server::HealthService health(state);
   server::ControlService control(state, registry, place, auth, [] { g_shutdown.store(true); });
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  const std::string addr = a.host + ":" + std::to_string(a.port);
-  builder.AddListeningPort(addr, grpc_credentials(a), &bound_port);
-  // gRPC sets SO_REUSEPORT by default: a second coordinator would then bind the same port and
-  // take half of its calls instead of failing to start.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.RegisterService(&generation);
-  builder.RegisterService(&health);
-  builder.RegisterService(&control);
-  // Each streaming call holds a thread; beyond this the server answers RESOURCE_EXHAUSTED.
-  grpc::ResourceQuota quota("moe-coordinator");
-  quota.SetMaxThreads(a.max_rpc_threads);
-  builder.SetResourceQuota(quota);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    throw Error("gRPC: cannot listen on " + addr + " (in use by another process?)");
-  }
-  const std::string local = a.host + ":" + std::to_string(bound_port);
+  std::string local;
+  std::unique_ptr<grpc::Server> server = start_grpc(a, {&generation, &health, &control}, local);
 
   const model::ModelConfig cfg = model::ModelConfig::from_gguf(file);
   std::unique_ptr<engine::WorkerPoolExperts> pool_experts;
-  engine::WorkerPoolExperts* workers = nullptr;
-  if (!place.in_process) {
-    engine::WorkerPoolOptions wo;
-    wo.base.worker_bin =
-        a.worker_bin.empty()
-            ? (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "moe-cpu-worker")
-                  .string()
-            : a.worker_bin;
-    wo.base.model_path = a.model;
-    wo.base.n_embd = cfg.n_embd;
-    wo.base.max_tokens = a.n_batch;
-    wo.base.max_items = a.n_batch * cfg.n_expert_used;
-    wo.base.start_timeout = std::chrono::seconds(a.worker_timeout_s);
-    wo.workers = place.cpu_workers;
-    // Spinning for the other side pays only when both have cores of their own; on shared cores
-    // it steals the cycles the other side computes with (measured in docs/PERFORMANCE.md).
-    wo.base.pool_spin = a.pool_spin;
-    wo.base.spin = shares_cores(place) ? 0 : static_cast<uint32_t>(std::max(a.pool_spin, 2000));
-    wo.coordinator_addr = local;
-    wo.register_timeout = std::chrono::seconds(a.worker_timeout_s);
-    wo.silence_limit = std::chrono::milliseconds(static_cast<int64_t>(a.worker_silence_s * 1000));
-    pool_experts = std::make_unique<engine::WorkerPoolExperts>(std::move(wo), registry);
-    workers = pool_experts.get();
-    log("CPU workers ready: " + std::to_string(workers->size()));
-  }
+  if (!place.in_process) pool_experts = start_workers(a, cfg, place, local, registry);
+  engine::WorkerPoolExperts* workers = pool_experts.get();
 
-  if (a.prefetch) {
-    // Read the weights into the page cache now, with progress, rather than page-faulting them in
-    // during the first requests.
-    Progress progress("loading model", gguf::tensor_data_bytes(file), Progress::Unit::Bytes);
-    gguf::prefetch_tensor_data(file, &progress, 2);
-    progress.finish();
-  }
+  if (a.prefetch) prefetch_weights(file);
   const auto tok = tokenizer::Tokenizer::from_gguf(file);
   std::optional<ChatTemplate> tmpl;
   if (file.find("tokenizer.chat_template") != nullptr) {
@@ -316,37 +414,12 @@ int run(const Args& a, const std::string& worker_secret) {
   cpu::ThreadPool pool(
       gpu::cpu_pool_threads(a.gpu, place.coordinator_threads > 0 ? place.coordinator_threads : 1),
       place.coordinator_cpus, a.pool_spin);
-  // Every executor is wrapped so GetStats and /metrics can show per-layer expert work.
-  std::unique_ptr<model::ExpertExecutor> experts;
-  if (pool_experts) {
-    experts = std::move(pool_experts);
-  } else {
-    experts = model::cpu_experts_for(file, pool);
-  }
   engine::LayerStats layer_stats(cfg.n_layer);
   const int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
-  gpu::GpuOptions gpu_opt = a.gpu;
-  gpu_opt.n_ctx = n_ctx;
-  std::string model_placement;
-  auto model = gpu::create_model(
-      file, pool, std::make_unique<engine::InstrumentedExperts>(std::move(experts), layer_stats),
-      gpu_opt, &model_placement);
-  log(model_placement);
-  if (a.llama.mlock && ::mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
-    // As llama.cpp: a warning, not an error (RLIMIT_MEMLOCK is often below a model's size).
-    log(std::string("warning: --mlock: mlockall failed (") + std::strerror(errno) +
-        "); raise the memlock limit (ulimit -l) to keep the model in RAM");
-  }
+  auto model = load_model(a, file, pool, std::move(pool_experts), layer_stats, n_ctx);
 
-  engine::EngineOptions eo;
-  eo.n_ctx = n_ctx;
-  eo.k_type = model::parse_kv_type(a.ctk);
-  eo.v_type = model::parse_kv_type(a.ctv);
-  eo.queue_capacity = a.queue_size;
-  eo.n_batch = a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
-  if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
   http::Metrics metrics;
-  eo.metrics = &metrics;
+  const engine::EngineOptions eo = engine_options(a, n_ctx, workers, &metrics);
   auto eng = std::make_unique<engine::Engine>(*model, tok, eo);
 
   state.limits = {&tok, tmpl ? &*tmpl : nullptr, eo.n_ctx};
@@ -360,39 +433,11 @@ int run(const Args& a, const std::string& worker_secret) {
       ", queue " + std::to_string(eo.queue_capacity) + ")");
   std::unique_ptr<http::HttpServer> http_server;
   std::string http_addr;
-  if (a.http_port >= 0) {
-    http::HttpOptions ho;
-    ho.host = a.http_host.empty() ? a.host : a.http_host;
-    ho.port = a.http_port;
-    ho.api_key = a.api_key;
-    ho.max_body_bytes = a.http_max_body;
-    ho.threads = a.http_threads;
-    ho.cors_origins = a.cors_origins;
-    ho.ssl_cert_file = a.ssl_cert_file;
-    ho.ssl_key_file = a.ssl_key_file;
-    ho.model_id = a.alias.empty() ? state.model_name : a.alias;
-    ho.strict_model = !a.alias.empty();
-    ho.model_path = a.model;
-    http_server = std::make_unique<http::HttpServer>(ho, state, registry, metrics);
-    http_addr = ho.host + ":" + std::to_string(http_server->port());
-    log("OpenAI-compatible HTTP API on " + std::string(a.ssl_cert_file.empty() ? "http" : "https") +
-        "://" + http_addr + "/v1" + (a.api_key.empty() ? "" : " (API key required)"));
-  }
+  if (a.http_port >= 0) http_server = start_http(a, state, registry, metrics, http_addr);
   ready.write(local, http_addr);
 
   wait_for_shutdown();
-  // New calls see UNAVAILABLE; running ones end at their next token; then the server drains.
-  registry.begin_shutdown();
-  state.engine.store(nullptr);
-  eng->stop();
-  // The stopped engine has failed every job; give their streams a moment to send that status.
-  // Then close: the short deadline also ends idle client connections, which a sync server would
-  // otherwise wait for until the deadline.
-  for (int i = 0; i < 100 && state.active_streams.load() > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
-  if (http_server) http_server->stop();
+  drain(registry, state, *eng, *server, http_server.get());
   eng.reset();
   model.reset();  // stops the workers and removes their segments
   ready.remove();

@@ -38,6 +38,9 @@ struct Options {
   int64_t rotate_mib = 512;
 };
 
+// A decode step's shapes (qwen3-30b-a3b): n_embd, an expert's n_ff, experts, experts per token.
+constexpr int64_t E = 2048, F = 768, X = 128, K = 8;
+
 // Median time of one launch of `enqueue(stream, i)` (i = the launch's index), in microseconds.
 double time_per_launch(const Options& o, const std::function<void(cudaStream_t, int)>& enqueue) {
   cudaStream_t s = nullptr;
@@ -108,11 +111,18 @@ void report(const char* name, double us, double bytes, double ceiling_gbps) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"moe-bench-cuda-kernels: time per launch of the decode step's CUDA kernels"};
+// What the cases share: the flags, the random data's generator, the copy ceiling they are read
+// against, and the activations (random floats as input, scratch output, a norm's gains).
+struct Bench {
+  explicit Bench(const Options& opt) : o(opt) {}
   Options o;
+  std::mt19937 rng{42};
+  double ceiling = 0;
+  std::vector<float> x_host;
+  DeviceBuffer x, y, norm;
+};
+
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--launches", o.launches, "dependent launches per graph (default 100)")
       ->check(CLI::Range(1, 10000));
   app.add_option("--repeats", o.repeats, "graph replays; the median is reported (default 7)")
@@ -121,257 +131,313 @@ int main(int argc, char** argv) {
                  "weight copies rotated through per case, in MiB (default 512, beyond the L2 "
                  "cache; 0: one copy, read from L2)")
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
-  CLI11_PARSE(app, argc, argv);
-  try {
-    std::mt19937 rng(42);
-    const int64_t E = 2048, F = 768, X = 128, K = 8;
+}
 
-    // The ceiling: a device-to-device copy reads and writes each byte once.
-    const size_t copy_bytes = size_t{1} << 30;
-    DeviceBuffer src(copy_bytes), dst(copy_bytes);
-    const double copy_us = time_per_launch(o, [&](cudaStream_t s, int) {
-      MOE_CUDA_CHECK(
-          cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, s));
-    });
-    const double ceiling = 2.0 * static_cast<double>(copy_bytes) / copy_us / 1e3;
-    std::printf("device copy: %.0f GB/s read + write (the ceiling below)\n", ceiling);
-    src = DeviceBuffer();
-    dst = DeviceBuffer();
+// The ceiling: a device-to-device copy reads and writes each byte once.
+double device_copy_ceiling(const Options& o) {
+  const size_t copy_bytes = size_t{1} << 30;
+  DeviceBuffer src(copy_bytes), dst(copy_bytes);
+  const double copy_us = time_per_launch(o, [&](cudaStream_t s, int) {
+    MOE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, s));
+  });
+  const double ceiling = 2.0 * static_cast<double>(copy_bytes) / copy_us / 1e3;
+  std::printf("device copy: %.0f GB/s read + write (the ceiling below)\n", ceiling);
+  return ceiling;
+}
 
-    const auto x_host = moe::test::random_floats(K * E * 2, rng);
-    DeviceBuffer x(x_host.size() * sizeof(float)), y(size_t{16384} * K * sizeof(float)),
-        norm(E * sizeof(float));
-    MOE_CUDA_CHECK(cudaMemcpy(x.get(), x_host.data(), x_host.size() * 4, cudaMemcpyHostToDevice));
-    MOE_CUDA_CHECK(cudaMemcpy(norm.get(), x_host.data(), E * 4, cudaMemcpyHostToDevice));
+void upload_activations(Bench& b) {
+  b.x_host = moe::test::random_floats(K * E * 2, b.rng);
+  b.x = DeviceBuffer(b.x_host.size() * sizeof(float));
+  b.y = DeviceBuffer(size_t{16384} * K * sizeof(float));
+  b.norm = DeviceBuffer(E * sizeof(float));
+  MOE_CUDA_CHECK(
+      cudaMemcpy(b.x.get(), b.x_host.data(), b.x_host.size() * 4, cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(cudaMemcpy(b.norm.get(), b.x_host.data(), E * 4, cudaMemcpyHostToDevice));
+}
 
-    report("rmsnorm 1 x 2048",
-           time_per_launch(o,
-                           [&](cudaStream_t s, int) {
-                             moe::cuda::rmsnorm(x.as<float>(), norm.as<float>(), y.as<float>(), 1,
-                                                E, 1e-6f, s);
-                           }),
-           0, ceiling);
-    report("residual add + rmsnorm fused 1 x 2048",
-           time_per_launch(o,
-                           [&](cudaStream_t s, int) {
-                             moe::cuda::add_rmsnorm(y.as<float>() + E, x.as<float>(),
-                                                    norm.as<float>(), y.as<float>(), 1, E, 1e-6f,
-                                                    s);
-                           }),
-           0, ceiling);
-    report("residual add 2048",
-           time_per_launch(o,
-                           [&](cudaStream_t s, int) {
-                             moe::cuda::add_inplace(y.as<float>(), x.as<float>(), E, s);
-                           }),
-           0, ceiling);
+void bench_norms(Bench& b) {
+  const Options& o = b.o;
+  const double ceiling = b.ceiling;
+  DeviceBuffer &x = b.x, &y = b.y, &norm = b.norm;
+  report("rmsnorm 1 x 2048",
+         time_per_launch(o,
+                         [&](cudaStream_t s, int) {
+                           moe::cuda::rmsnorm(x.as<float>(), norm.as<float>(), y.as<float>(), 1, E,
+                                              1e-6f, s);
+                         }),
+         0, ceiling);
+  report("residual add + rmsnorm fused 1 x 2048",
+         time_per_launch(o,
+                         [&](cudaStream_t s, int) {
+                           moe::cuda::add_rmsnorm(y.as<float>() + E, x.as<float>(),
+                                                  norm.as<float>(), y.as<float>(), 1, E, 1e-6f, s);
+                         }),
+         0, ceiling);
+  report(
+      "residual add 2048",
+      time_per_launch(o, [&](cudaStream_t s,
+                             int) { moe::cuda::add_inplace(y.as<float>(), x.as<float>(), E, s); }),
+      0, ceiling);
+}
 
-    struct Shape {
-      int64_t n_in, n_out;
-      const char* what;
-    };
-    for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
-      for (const Shape sh : {Shape{E, 4096, "q"}, Shape{E, 512, "k/v"}, Shape{E, 5120, "q+k+v"},
-                             Shape{4096, E, "o"}}) {
-        const Rotated w = rotated_matrices(t, sh.n_in, sh.n_out, o, rng);
-        const size_t rb = *moe::ggml_row_bytes(t, static_cast<uint64_t>(sh.n_in));
-        const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
-          const auto m = moe::cuda::make_device_matrix(t, w.copy(i), sh.n_in, sh.n_out);
-          moe::cuda::matmul(m, x.as<float>(), 1, y.as<float>(), s);
-        });
-        const std::string name = std::string(moe::ggml_type_info_or_throw(t).name) + " GEMV " +
-                                 std::to_string(sh.n_in) + " x " + std::to_string(sh.n_out) + " (" +
-                                 sh.what + ")";
-        report(name.c_str(), us, static_cast<double>(rb) * static_cast<double>(sh.n_out), ceiling);
-      }
-    }
-    {
-      const Rotated w = rotated_matrices(GgmlType::F32, E, X, o, rng);
+// The attention block's dense projections, in each weight type a model may use for them.
+void bench_dense_gemvs(Bench& b) {
+  const Options& o = b.o;
+  const double ceiling = b.ceiling;
+  DeviceBuffer &x = b.x, &y = b.y;
+  std::mt19937& rng = b.rng;
+  struct Shape {
+    int64_t n_in, n_out;
+    const char* what;
+  };
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    for (const Shape sh : {Shape{E, 4096, "q"}, Shape{E, 512, "k/v"}, Shape{E, 5120, "q+k+v"},
+                           Shape{4096, E, "o"}}) {
+      const Rotated w = rotated_matrices(t, sh.n_in, sh.n_out, o, rng);
+      const size_t rb = *moe::ggml_row_bytes(t, static_cast<uint64_t>(sh.n_in));
       const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
-        const auto m = moe::cuda::make_device_matrix(GgmlType::F32, w.copy(i), E, X);
+        const auto m = moe::cuda::make_device_matrix(t, w.copy(i), sh.n_in, sh.n_out);
         moe::cuda::matmul(m, x.as<float>(), 1, y.as<float>(), s);
       });
-      report("F32 router GEMV 2048 x 128", us, 4.0 * E * X, ceiling);
-      DeviceBuffer table(3 * X * sizeof(void*)), out(X * 8 + K * 40), counter(4);
-      MOE_CUDA_CHECK(cudaMemset(table.get(), 0, table.size()));
-      MOE_CUDA_CHECK(cudaMemset(counter.get(), 0, 4));
-      auto* f = out.as<float>();
-      const auto** pp = reinterpret_cast<const void**>(f + 2 * X + 2 * K);
-      const moe::cuda::RouterDecodeOut ro{f,
-                                          f + X,
-                                          reinterpret_cast<int32_t*>(f + 2 * X),
-                                          f + 2 * X + K,
-                                          table.as<const void*>(),
-                                          pp,
-                                          pp + K,
-                                          pp + 2 * K,
-                                          static_cast<unsigned*>(counter.get())};
-      const double fused = time_per_launch(o, [&](cudaStream_t s, int i) {
-        const auto m = moe::cuda::make_device_matrix(GgmlType::F32, w.copy(i), E, X);
-        moe::cuda::router_decode(m, x.as<float>(), K, ro, s);
-      });
-      report("router fused: F32 GEMV + top-8 + pointers", fused, 4.0 * E * X, ceiling);
+      const std::string name = std::string(moe::ggml_type_info_or_throw(t).name) + " GEMV " +
+                               std::to_string(sh.n_in) + " x " + std::to_string(sh.n_out) + " (" +
+                               sh.what + ")";
+      report(name.c_str(), us, static_cast<double>(rb) * static_cast<double>(sh.n_out), ceiling);
     }
-    {
-      const int64_t V = 151936;  // the output head: the largest decode GEMV
-      const Rotated w = rotated_matrices(GgmlType::Q6_K, E, V, o, rng);
-      DeviceBuffer logits(V * sizeof(float));
-      const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
-        const auto m = moe::cuda::make_device_matrix(GgmlType::Q6_K, w.copy(i), E, V);
-        moe::cuda::matmul(m, x.as<float>(), 1, logits.as<float>(), s);
-      });
-      report("q6_K GEMV 2048 x 151936 (output head)", us,
-             static_cast<double>(*moe::ggml_row_bytes(GgmlType::Q6_K, E)) * V, ceiling);
-    }
+  }
+}
 
-    // A decode step's 8 routed experts: gate and up Q4_K 2048 -> 768, down Q6_K 768 -> 2048,
-    // 8 distinct experts per launch, rotating through the copies.
-    const Rotated gate = rotated_matrices(GgmlType::Q4_K, E, F * 16, o, rng);  // 16 experts a copy
-    const Rotated down = rotated_matrices(GgmlType::Q6_K, F, E * 16, o, rng);
-    const size_t gb = gate.bytes / 16, db = down.bytes / 16;
-    const int sets = std::max(1, std::min(gate.copies, down.copies));
-    std::vector<const void*> ptrs;  // per set: 8 gate, 8 up, 8 down pointers
-    for (int c = 0; c < sets; ++c) {
-      for (int e = 0; e < K; ++e) ptrs.push_back(gate.copy(c) + e * gb);
-      for (int e = 0; e < K; ++e) ptrs.push_back(gate.copy(c) + (K + e) * gb);
-      for (int e = 0; e < K; ++e) ptrs.push_back(down.copy(c) + e * db);
+// The router (plain GEMV, and fused with top-k and the expert pointers) and the output head.
+void bench_router_and_head(Bench& b) {
+  const Options& o = b.o;
+  const double ceiling = b.ceiling;
+  DeviceBuffer &x = b.x, &y = b.y;
+  std::mt19937& rng = b.rng;
+  {
+    const Rotated w = rotated_matrices(GgmlType::F32, E, X, o, rng);
+    const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
+      const auto m = moe::cuda::make_device_matrix(GgmlType::F32, w.copy(i), E, X);
+      moe::cuda::matmul(m, x.as<float>(), 1, y.as<float>(), s);
+    });
+    report("F32 router GEMV 2048 x 128", us, 4.0 * E * X, ceiling);
+    DeviceBuffer table(3 * X * sizeof(void*)), out(X * 8 + K * 40), counter(4);
+    MOE_CUDA_CHECK(cudaMemset(table.get(), 0, table.size()));
+    MOE_CUDA_CHECK(cudaMemset(counter.get(), 0, 4));
+    auto* f = out.as<float>();
+    const auto** pp = reinterpret_cast<const void**>(f + 2 * X + 2 * K);
+    const moe::cuda::RouterDecodeOut ro{f,
+                                        f + X,
+                                        reinterpret_cast<int32_t*>(f + 2 * X),
+                                        f + 2 * X + K,
+                                        table.as<const void*>(),
+                                        pp,
+                                        pp + K,
+                                        pp + 2 * K,
+                                        static_cast<unsigned*>(counter.get())};
+    const double fused = time_per_launch(o, [&](cudaStream_t s, int i) {
+      const auto m = moe::cuda::make_device_matrix(GgmlType::F32, w.copy(i), E, X);
+      moe::cuda::router_decode(m, x.as<float>(), K, ro, s);
+    });
+    report("router fused: F32 GEMV + top-8 + pointers", fused, 4.0 * E * X, ceiling);
+  }
+  {
+    const int64_t V = 151936;  // the output head: the largest decode GEMV
+    const Rotated w = rotated_matrices(GgmlType::Q6_K, E, V, o, rng);
+    DeviceBuffer logits(V * sizeof(float));
+    const double us = time_per_launch(o, [&](cudaStream_t s, int i) {
+      const auto m = moe::cuda::make_device_matrix(GgmlType::Q6_K, w.copy(i), E, V);
+      moe::cuda::matmul(m, x.as<float>(), 1, logits.as<float>(), s);
+    });
+    report("q6_K GEMV 2048 x 151936 (output head)", us,
+           static_cast<double>(*moe::ggml_row_bytes(GgmlType::Q6_K, E)) * V, ceiling);
+  }
+}
+
+// A decode step's 8 routed experts: gate and up Q4_K 2048 -> 768, down Q6_K 768 -> 2048,
+// 8 distinct experts per launch, rotating through the copies.
+void bench_experts(Bench& b) {
+  const Options& o = b.o;
+  const double ceiling = b.ceiling;
+  DeviceBuffer &x = b.x, &y = b.y;
+  std::mt19937& rng = b.rng;
+  const Rotated gate = rotated_matrices(GgmlType::Q4_K, E, F * 16, o, rng);  // 16 experts a copy
+  const Rotated down = rotated_matrices(GgmlType::Q6_K, F, E * 16, o, rng);
+  const size_t gb = gate.bytes / 16, db = down.bytes / 16;
+  const int sets = std::max(1, std::min(gate.copies, down.copies));
+  std::vector<const void*> ptrs;  // per set: 8 gate, 8 up, 8 down pointers
+  for (int c = 0; c < sets; ++c) {
+    for (int e = 0; e < K; ++e) ptrs.push_back(gate.copy(c) + e * gb);
+    for (int e = 0; e < K; ++e) ptrs.push_back(gate.copy(c) + (K + e) * gb);
+    for (int e = 0; e < K; ++e) ptrs.push_back(down.copy(c) + e * db);
+  }
+  DeviceBuffer dptrs(ptrs.size() * sizeof(void*));
+  MOE_CUDA_CHECK(
+      cudaMemcpy(dptrs.get(), ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  const auto* P = dptrs.as<const void*>();
+  std::vector<int32_t> ident(K + 1), rows(K, 0);
+  for (int i = 0; i <= K; ++i) ident[static_cast<size_t>(i)] = i;
+  DeviceBuffer did((K + 1) * 4), drows(K * 4), h(K * F * 2 * sizeof(float));
+  MOE_CUDA_CHECK(cudaMemcpy(did.get(), ident.data(), (K + 1) * 4, cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(cudaMemcpy(drows.get(), rows.data(), K * 4, cudaMemcpyHostToDevice));
+  const auto* id = did.as<int32_t>();
+  const auto* xr = drows.as<int32_t>();
+  const size_t grb = gb / static_cast<size_t>(F), drb = db / static_cast<size_t>(E);
+  report("expert gate, 8 items Q4_K 2048 x 768",
+         time_per_launch(o,
+                         [&](cudaStream_t s, int i) {
+                           moe::cuda::grouped_matmul(GgmlType::Q4_K, E, F, grb,
+                                                     P + (i % sets) * 3 * K, id, K, xr, K, 1,
+                                                     x.as<float>(), E, h.as<float>(), s);
+                         }),
+         static_cast<double>(K * gb), ceiling);
+  report("expert gate+up+SwiGLU fused, 8 items",
+         time_per_launch(o,
+                         [&](cudaStream_t s, int i) {
+                           const auto* p = P + (i % sets) * 3 * K;
+                           moe::cuda::grouped_gate_up_swiglu(GgmlType::Q4_K, E, F, grb, p, p + K,
+                                                             id, K, xr, x.as<float>(), E,
+                                                             h.as<float>(), s);
+                         }),
+         static_cast<double>(2 * K * gb), ceiling);
+  {
+    const Rotated down4 = rotated_matrices(GgmlType::Q4_K, F, E * K, o, rng);  // 8 experts a copy
+    const size_t d4b = down4.bytes / K, d4rb = d4b / static_cast<size_t>(E);
+    std::vector<const void*> p4;
+    for (int c = 0; c < down4.copies; ++c) {
+      for (int e = 0; e < K; ++e) p4.push_back(down4.copy(c) + e * d4b);
     }
-    DeviceBuffer dptrs(ptrs.size() * sizeof(void*));
+    DeviceBuffer dp4(p4.size() * sizeof(void*));
     MOE_CUDA_CHECK(
-        cudaMemcpy(dptrs.get(), ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
-    const auto* P = dptrs.as<const void*>();
-    std::vector<int32_t> ident(K + 1), rows(K, 0);
-    for (int i = 0; i <= K; ++i) ident[static_cast<size_t>(i)] = i;
-    DeviceBuffer did((K + 1) * 4), drows(K * 4), h(K * F * 2 * sizeof(float));
-    MOE_CUDA_CHECK(cudaMemcpy(did.get(), ident.data(), (K + 1) * 4, cudaMemcpyHostToDevice));
-    MOE_CUDA_CHECK(cudaMemcpy(drows.get(), rows.data(), K * 4, cudaMemcpyHostToDevice));
-    const auto* id = did.as<int32_t>();
-    const auto* xr = drows.as<int32_t>();
-    const size_t grb = gb / static_cast<size_t>(F), drb = db / static_cast<size_t>(E);
-    report("expert gate, 8 items Q4_K 2048 x 768",
+        cudaMemcpy(dp4.get(), p4.data(), p4.size() * sizeof(void*), cudaMemcpyHostToDevice));
+    report("expert down, 8 items Q4_K 768 x 2048",
            time_per_launch(o,
                            [&](cudaStream_t s, int i) {
-                             moe::cuda::grouped_matmul(GgmlType::Q4_K, E, F, grb,
-                                                       P + (i % sets) * 3 * K, id, K, xr, K, 1,
-                                                       x.as<float>(), E, h.as<float>(), s);
+                             moe::cuda::grouped_matmul(
+                                 GgmlType::Q4_K, F, E, d4rb,
+                                 dp4.as<const void*>() + (i % down4.copies) * K, id, K, id, K, 1,
+                                 h.as<float>(), F, y.as<float>(), s);
                            }),
-           static_cast<double>(K * gb), ceiling);
-    report("expert gate+up+SwiGLU fused, 8 items",
-           time_per_launch(o,
-                           [&](cudaStream_t s, int i) {
-                             const auto* p = P + (i % sets) * 3 * K;
-                             moe::cuda::grouped_gate_up_swiglu(GgmlType::Q4_K, E, F, grb, p, p + K,
-                                                               id, K, xr, x.as<float>(), E,
-                                                               h.as<float>(), s);
-                           }),
-           static_cast<double>(2 * K * gb), ceiling);
-    {
-      const Rotated down4 = rotated_matrices(GgmlType::Q4_K, F, E * K, o, rng);  // 8 experts a copy
-      const size_t d4b = down4.bytes / K, d4rb = d4b / static_cast<size_t>(E);
-      std::vector<const void*> p4;
-      for (int c = 0; c < down4.copies; ++c) {
-        for (int e = 0; e < K; ++e) p4.push_back(down4.copy(c) + e * d4b);
-      }
-      DeviceBuffer dp4(p4.size() * sizeof(void*));
-      MOE_CUDA_CHECK(
-          cudaMemcpy(dp4.get(), p4.data(), p4.size() * sizeof(void*), cudaMemcpyHostToDevice));
-      report("expert down, 8 items Q4_K 768 x 2048",
-             time_per_launch(o,
-                             [&](cudaStream_t s, int i) {
-                               moe::cuda::grouped_matmul(
-                                   GgmlType::Q4_K, F, E, d4rb,
-                                   dp4.as<const void*>() + (i % down4.copies) * K, id, K, id, K, 1,
-                                   h.as<float>(), F, y.as<float>(), s);
-                             }),
-             static_cast<double>(K * d4b), ceiling);
-    }
-    report("expert down, 8 items Q6_K 768 x 2048",
-           time_per_launch(o,
-                           [&](cudaStream_t s, int i) {
-                             moe::cuda::grouped_matmul(GgmlType::Q6_K, F, E, drb,
-                                                       P + (i % sets) * 3 * K + 2 * K, id, K, id, K,
-                                                       1, h.as<float>(), F, y.as<float>(), s);
-                           }),
-           static_cast<double>(K * db), ceiling);
-    {
-      // A decode step's attention block, qwen3-30b-a3b shapes (32 q heads, 4 KV heads of 128,
-      // f16 cache), at a device position as in the graphed step, at 3 context lengths.
-      const int64_t H = 32, HK = 4, hd = 128, n_ctx = 4096;
-      moe::cuda::DeviceKvLayer kv{};
-      kv.k_type = kv.v_type = GgmlType::F16;
-      kv.k_elems = kv.v_elems = HK * hd;
-      kv.k_row_bytes = kv.v_row_bytes = static_cast<size_t>(2 * HK * hd);
-      kv.n_ctx = n_ctx;
-      DeviceBuffer kc(kv.k_row_bytes * n_ctx), vc(kv.v_row_bytes * n_ctx), pos(4),
-          qkv((H + 2 * HK) * hd * 4), out(H * hd * 4);
-      MOE_CUDA_CHECK(cudaMemset(kc.get(), 0, kc.size()));
-      MOE_CUDA_CHECK(cudaMemset(vc.get(), 0, vc.size()));
-      MOE_CUDA_CHECK(cudaMemcpy(qkv.get(), x_host.data(), qkv.size(), cudaMemcpyHostToDevice));
-      kv.k = kc.get();
-      kv.v = vc.get();
-      float* q = qkv.as<float>();
-      const int64_t S = (H + 2 * HK) * hd;
-      const auto* dpos = pos.as<int32_t>();
-      const size_t ws_bytes = moe::cuda::attention_workspace_bytes(1, 0, H, HK, hd, true);
-      DeviceBuffer ws(std::max<size_t>(ws_bytes, 4));
-      for (const int32_t p : {63, 511, 2047}) {
-        MOE_CUDA_CHECK(cudaMemcpy(pos.get(), &p, 4, cudaMemcpyHostToDevice));
-        const std::string at = " at position " + std::to_string(p);
-        report(("q/k norm + RoPE" + at).c_str(),
-               time_per_launch(o,
-                               [&](cudaStream_t s, int) {
-                                 moe::cuda::qk_norm_rope({q, S, H, norm.as<float>()},
-                                                         {q + H * hd, S, HK, norm.as<float>()}, 1,
-                                                         hd, 1e-6f, hd, p, 1e6f, s, dpos);
-                               }),
-               0, ceiling);
-        const moe::cuda::QkKvStoreF16 st{
-            kc.get(), vc.get(), kv.k_row_bytes, kv.v_row_bytes, n_ctx, q + (H + HK) * hd, S, hd};
-        report(("q/k norm + RoPE + f16 K/V store" + at).c_str(),
-               time_per_launch(o,
-                               [&](cudaStream_t s, int) {
-                                 moe::cuda::qk_norm_rope({q, S, H, norm.as<float>()},
-                                                         {q + H * hd, S, HK, norm.as<float>()}, 1,
-                                                         hd, 1e-6f, hd, p, 1e6f, s, dpos, &st);
-                               }),
-               0, ceiling);
-        report(("K/V store" + at).c_str(),
-               time_per_launch(o,
-                               [&](cudaStream_t s, int) {
-                                 moe::cuda::kv_store(kv, q + H * hd, q + (H + HK) * hd, 1, p, s,
-                                                     dpos, S, S);
-                               }),
-               0, ceiling);
-        report(("attention + merge" + at).c_str(),
-               time_per_launch(o,
-                               [&](cudaStream_t s, int) {
-                                 moe::cuda::attention(kv, q, S, 1, p, H, HK, hd, hd, 0.088f,
-                                                      out.as<float>(), ws.get(), ws_bytes, s, dpos);
-                               }),
-               0, ceiling);
-      }
-    }
-    {
-      const auto wts = moe::test::random_floats(K, rng);
-      DeviceBuffer dwts(K * 4), xr(E * 4);
-      MOE_CUDA_CHECK(cudaMemcpy(dwts.get(), wts.data(), K * 4, cudaMemcpyHostToDevice));
-      report("combine 8 items + rmsnorm fused 1 x 2048",
-             time_per_launch(o,
-                             [&](cudaStream_t s, int) {
-                               moe::cuda::combine_rmsnorm(x.as<float>(), dwts.as<float>(), K,
-                                                          xr.as<float>(), norm.as<float>(),
-                                                          y.as<float>(), E, 1e-6f, s);
-                             }),
-             0, ceiling);
-    }
-    DeviceBuffer probs(X * 4), ids(K * 4), weights(K * 4);
-    report("router softmax + top-8 of 128 (4 tokens' kernel, 1 token)",
+           static_cast<double>(K * d4b), ceiling);
+  }
+  report("expert down, 8 items Q6_K 768 x 2048",
+         time_per_launch(o,
+                         [&](cudaStream_t s, int i) {
+                           moe::cuda::grouped_matmul(GgmlType::Q6_K, F, E, drb,
+                                                     P + (i % sets) * 3 * K + 2 * K, id, K, id, K,
+                                                     1, h.as<float>(), F, y.as<float>(), s);
+                         }),
+         static_cast<double>(K * db), ceiling);
+}
+
+// A decode step's attention block, qwen3-30b-a3b shapes (32 q heads, 4 KV heads of 128, f16
+// cache), at a device position as in the graphed step, at 3 context lengths.
+void bench_attention(Bench& b) {
+  const Options& o = b.o;
+  const double ceiling = b.ceiling;
+  DeviceBuffer& norm = b.norm;
+  const std::vector<float>& x_host = b.x_host;
+  const int64_t H = 32, HK = 4, hd = 128, n_ctx = 4096;
+  moe::cuda::DeviceKvLayer kv{};
+  kv.k_type = kv.v_type = GgmlType::F16;
+  kv.k_elems = kv.v_elems = HK * hd;
+  kv.k_row_bytes = kv.v_row_bytes = static_cast<size_t>(2 * HK * hd);
+  kv.n_ctx = n_ctx;
+  DeviceBuffer kc(kv.k_row_bytes * n_ctx), vc(kv.v_row_bytes * n_ctx), pos(4),
+      qkv((H + 2 * HK) * hd * 4), out(H * hd * 4);
+  MOE_CUDA_CHECK(cudaMemset(kc.get(), 0, kc.size()));
+  MOE_CUDA_CHECK(cudaMemset(vc.get(), 0, vc.size()));
+  MOE_CUDA_CHECK(cudaMemcpy(qkv.get(), x_host.data(), qkv.size(), cudaMemcpyHostToDevice));
+  kv.k = kc.get();
+  kv.v = vc.get();
+  float* q = qkv.as<float>();
+  const int64_t S = (H + 2 * HK) * hd;
+  const auto* dpos = pos.as<int32_t>();
+  const size_t ws_bytes = moe::cuda::attention_workspace_bytes(1, 0, H, HK, hd, true);
+  DeviceBuffer ws(std::max<size_t>(ws_bytes, 4));
+  for (const int32_t p : {63, 511, 2047}) {
+    MOE_CUDA_CHECK(cudaMemcpy(pos.get(), &p, 4, cudaMemcpyHostToDevice));
+    const std::string at = " at position " + std::to_string(p);
+    report(("q/k norm + RoPE" + at).c_str(),
            time_per_launch(o,
                            [&](cudaStream_t s, int) {
-                             moe::cuda::router_topk(x.as<float>(), 1, X, K, probs.as<float>(),
-                                                    ids.as<int32_t>(), weights.as<float>(), s);
+                             moe::cuda::qk_norm_rope({q, S, H, norm.as<float>()},
+                                                     {q + H * hd, S, HK, norm.as<float>()}, 1, hd,
+                                                     1e-6f, hd, p, 1e6f, s, dpos);
                            }),
            0, ceiling);
+    const moe::cuda::QkKvStoreF16 st{
+        kc.get(), vc.get(), kv.k_row_bytes, kv.v_row_bytes, n_ctx, q + (H + HK) * hd, S, hd};
+    report(("q/k norm + RoPE + f16 K/V store" + at).c_str(),
+           time_per_launch(o,
+                           [&](cudaStream_t s, int) {
+                             moe::cuda::qk_norm_rope({q, S, H, norm.as<float>()},
+                                                     {q + H * hd, S, HK, norm.as<float>()}, 1, hd,
+                                                     1e-6f, hd, p, 1e6f, s, dpos, &st);
+                           }),
+           0, ceiling);
+    report(("K/V store" + at).c_str(),
+           time_per_launch(o,
+                           [&](cudaStream_t s, int) {
+                             moe::cuda::kv_store(kv, q + H * hd, q + (H + HK) * hd, 1, p, s, dpos,
+                                                 S, S);
+                           }),
+           0, ceiling);
+    report(("attention + merge" + at).c_str(),
+           time_per_launch(o,
+                           [&](cudaStream_t s, int) {
+                             moe::cuda::attention(kv, q, S, 1, p, H, HK, hd, hd, 0.088f,
+                                                  out.as<float>(), ws.get(), ws_bytes, s, dpos);
+                           }),
+           0, ceiling);
+  }
+}
+
+// The end of a routed layer: the fused combine + next norm, and the router's top-k kernel.
+void bench_combine_and_topk(Bench& b) {
+  const Options& o = b.o;
+  const double ceiling = b.ceiling;
+  DeviceBuffer &x = b.x, &y = b.y, &norm = b.norm;
+  std::mt19937& rng = b.rng;
+  {
+    const auto wts = moe::test::random_floats(K, rng);
+    DeviceBuffer dwts(K * 4), xr(E * 4);
+    MOE_CUDA_CHECK(cudaMemcpy(dwts.get(), wts.data(), K * 4, cudaMemcpyHostToDevice));
+    report("combine 8 items + rmsnorm fused 1 x 2048",
+           time_per_launch(o,
+                           [&](cudaStream_t s, int) {
+                             moe::cuda::combine_rmsnorm(x.as<float>(), dwts.as<float>(), K,
+                                                        xr.as<float>(), norm.as<float>(),
+                                                        y.as<float>(), E, 1e-6f, s);
+                           }),
+           0, ceiling);
+  }
+  DeviceBuffer probs(X * 4), ids(K * 4), weights(K * 4);
+  report("router softmax + top-8 of 128 (4 tokens' kernel, 1 token)",
+         time_per_launch(o,
+                         [&](cudaStream_t s, int) {
+                           moe::cuda::router_topk(x.as<float>(), 1, X, K, probs.as<float>(),
+                                                  ids.as<int32_t>(), weights.as<float>(), s);
+                         }),
+         0, ceiling);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moe-bench-cuda-kernels: time per launch of the decode step's CUDA kernels"};
+  Options o;
+  add_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    Bench b(o);
+    b.ceiling = device_copy_ceiling(o);
+    upload_activations(b);
+    bench_norms(b);
+    bench_dense_gemvs(b);
+    bench_router_and_head(b);
+    bench_experts(b);
+    bench_attention(b);
+    bench_combine_and_topk(b);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe-bench-cuda-kernels: %s\n", e.what());
     return 1;
