@@ -5,7 +5,6 @@
 
 #include "common/error.h"
 #include "coordinator/gpu/attention_gpu.h"
-#include "coordinator/gpu/gpu_executor_choice.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
 #include "experts/tensor_table.h"
@@ -20,11 +19,7 @@
 namespace moe::gpu {
 namespace {
 
-using model::KvCache;
 using model::ModelConfig;
-
-// The engine's running request plus the one-token health probe it interleaves.
-constexpr size_t kMaxSequences = 2;
 
 // IMROPE gives text tokens (all position components equal) plain NEOX angles when every rotated
 // pair belongs to the t, h or w sections; the GPU path relies on that (the CPU path computes the
@@ -56,41 +51,18 @@ void require_text_imrope(const ModelConfig& c) {
 Qwen35MoeGpu::Qwen35MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                            std::unique_ptr<model::ExpertExecutor> cpu_experts,
                            const GpuOptions& opt)
-    : cfg_(ModelConfig::from_gguf(f)),
-      opt_(opt),
-      vram_limit_(select_device(opt, device_name_)),
-      executor_(make_gpu_executor(opt, vram_limit_)),
-      budget_(vram_limit_, executor_->allocator()),
-      seqs_(budget_, cfg_, kMaxSequences) {
+    : GpuForward(f, opt) {
   if (cfg_.arch != "qwen35moe") {
     throw Error("Qwen35MoeGpu: the file's architecture is '" + cfg_.arch + "'");
-  }
-  if (opt.n_gpu_layers < cfg_.n_layer) {
-    throw Error("-ngl " + std::to_string(opt.n_gpu_layers) +
-                ": partial offload is not supported; use -ngl " + std::to_string(cfg_.n_layer) +
-                " or more (every layer's attention on the GPU) and keep experts on the CPU with "
-                "-cmoe / -ncmoe N, or -ngl 0 for the CPU path");
   }
   if (cfg_.head_dim_k != cfg_.head_dim_v) {
     throw Error(cfg_.arch + ": the per-head output gate needs key and value heads of one size (" +
                 std::to_string(cfg_.head_dim_k) + " vs " + std::to_string(cfg_.head_dim_v) + ")");
   }
   require_text_imrope(cfg_);
-  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-
-  io_ = std::make_unique<TokenIoGpu>(budget_, f, cfg_.n_embd, cfg_.n_vocab, cfg_.rms_eps);
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
   for (int64_t l = 0; l < cfg_.n_layer; ++l) load_layer(f, l, layers_[static_cast<size_t>(l)]);
-  experts_ =
-      std::make_unique<RoutedExpertsGpu>(budget_, *executor_, f, cfg_, pool, std::move(cpu_experts),
-                                         opt, GpuSequenceStates::estimate_bytes(cfg_, opt.n_ctx));
-}
-
-Qwen35MoeGpu::~Qwen35MoeGpu() {
-  if (stream_) {
-    (void)cudaStreamSynchronize(stream_);
-    (void)cudaStreamDestroy(stream_);
-  }
+  place_experts(f, pool, std::move(cpu_experts));
 }
 
 Qwen35MoeGpu::Matrix Qwen35MoeGpu::matrix(const gguf::TensorInfo& t) {
@@ -151,12 +123,7 @@ void Qwen35MoeGpu::load_layer(const gguf::GgufFile& f, int64_t l, Layer& L) {
   L.sh_down = matrix(t("ffn_down_shexp.weight", {FS, E}));
 }
 
-float* Qwen35MoeGpu::scratch(VramBuffer& b, size_t floats, const char* what) {
-  return grow_scratch(budget_, b, floats, what);
-}
-
-void Qwen35MoeGpu::ensure_scratch(int64_t n) {
-  if (n <= scratch_tokens_) return;
+void Qwen35MoeGpu::reserve_layers(int64_t n) {
   const auto N = static_cast<size_t>(n);
   const auto E = static_cast<size_t>(cfg_.n_embd);
   const auto C = static_cast<size_t>(cfg_.ssm_conv_channels());
@@ -166,7 +133,7 @@ void Qwen35MoeGpu::ensure_scratch(int64_t n) {
   const auto HK = static_cast<size_t>(cfg_.max_n_head_kv());
   const auto hd = static_cast<size_t>(std::max(cfg_.head_dim_k, cfg_.head_dim_v));
   const auto FS = static_cast<size_t>(cfg_.n_ff_shexp);
-  for (auto* b : {&d_x_, &d_xn_, &d_mix_, &d_moe_, &d_sh_}) scratch(*b, N * E, "scratch rows");
+  for (auto* b : {&d_mix_, &d_moe_, &d_sh_}) scratch(*b, N * E, "scratch rows");
   scratch(d_rlogits_, N * static_cast<size_t>(cfg_.n_expert), "scratch router");
   scratch(d_qkv_, N * C, "scratch qkv");
   scratch(d_conv_, N * C, "scratch conv");
@@ -181,16 +148,13 @@ void Qwen35MoeGpu::ensure_scratch(int64_t n) {
   scratch(d_sg_, N * FS, "scratch shared gate");
   scratch(d_su_, N * FS, "scratch shared up");
   scratch(d_ss_, N, "scratch shared scale");
-  io_->reserve(n);
-  experts_->reserve(n);
-  scratch_tokens_ = n;
 }
 
 void Qwen35MoeGpu::delta_net_layer(const Layer& L, int64_t l, int64_t n,
                                    GpuSequenceStates::Slot& seq) {
   const int64_t C = cfg_.ssm_conv_channels(), NK = cfg_.ssm_n_k_heads, NV = cfg_.ssm_n_v_heads;
   const int64_t DK = cfg_.ssm_head_k, DV = cfg_.ssm_head_v();
-  const float* xn = d_xn_.as<float>();
+  const float* xn = this->xn();
   float* qkv = d_qkv_.as<float>();
   float* conv = d_conv_.as<float>();
   float* z = d_z_.as<float>();
@@ -216,7 +180,7 @@ void Qwen35MoeGpu::delta_net_layer(const Layer& L, int64_t l, int64_t n,
 void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0,
                                    GpuSequenceStates::Slot& seq) {
   const int64_t hk = cfg_.head_dim_k;
-  const float* xn = d_xn_.as<float>();
+  const float* xn = this->xn();
   float* q = d_q_.as<float>();
   float* og = d_og_.as<float>();
   float* attn = d_attn_.as<float>();
@@ -235,8 +199,8 @@ void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t
 void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
                        const model::ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd;
-  const float* xn = d_xn_.as<float>();
-  float* x = d_x_.as<float>();
+  const float* xn = this->xn();
+  float* x = this->x();
   float* moe = d_moe_.as<float>();
   // The shared expert first: the GPU computes it while the CPU computes its routed experts.
   cuda::matmul(L.sh_gate.m, xn, n, d_sg_.as<float>(), stream_);
@@ -265,55 +229,29 @@ void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
   }
 }
 
-void Qwen35MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, model::LogitsMode mode,
-                           float* logits, const model::ForwardHooks* hooks) {
-  const auto n = static_cast<int64_t>(tokens.size());
-  model::check_tokens(tokens, cfg_.n_vocab);
-  cache.check_room(n);
-  GpuSequenceStates::Slot& seq = seqs_.acquire(cache);
-  ensure_scratch(n);
-  const int64_t pos0 = cache.n_past();
+void Qwen35MoeGpu::enqueue_layers(int64_t n, int64_t pos0, GpuSequenceStates::Slot& seq,
+                                  const model::ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd;
   const float eps = cfg_.rms_eps;
-  float* x = d_x_.as<float>();
-  float* xn = d_xn_.as<float>();
-  try {
-    io_->embed(tokens, x, stream_);
-    for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-      const Layer& L = layers_[static_cast<size_t>(l)];
-      experts_->prefetch(l, n);  // a prefill's expert copies overlap the mixer
-      cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
-      if (L.recurrent) {
-        delta_net_layer(L, l, n, seq);
-      } else {
-        attention_layer(L, l, n, pos0, seq);
-      }
-      cuda::add_inplace(x, d_mix_.as<float>(), n * E, stream_);  // x is now the residual h
-      cuda::rmsnorm(x, L.post_norm.as<float>(), xn, n, E, eps, stream_);
-      ffn(L, l, n, pos0, hooks);
+  float* x = this->x();
+  float* xn = this->xn();
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    experts_->prefetch(l, n);  // a prefill's expert copies overlap the mixer
+    cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
+    if (L.recurrent) {
+      delta_net_layer(L, l, n, seq);
+    } else {
+      attention_layer(L, l, n, pos0, seq);
     }
-    experts_->finish();
-    io_->logits(x, mode == model::LogitsMode::All ? 0 : n - 1, n, xn, logits, stream_);
-    MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  } catch (...) {
-    experts_->abandon();  // a CPU share still running reads the staging buffers too
-    // Nothing enqueued may still read the staging buffers when the next call refills them; the
-    // cache is not advanced and the recurrent state not committed, so the sequence is unchanged.
-    (void)cudaStreamSynchronize(stream_);
-    throw;
+    cuda::add_inplace(x, d_mix_.as<float>(), n * E, stream_);  // x is now the residual h
+    cuda::rmsnorm(x, L.post_norm.as<float>(), xn, n, E, eps, stream_);
+    ffn(L, l, n, pos0, hooks);
   }
-  // Only now does the batch become part of the sequence (K/V positions and recurrent state).
-  cache.advance(n);
-  GpuSequenceStates::commit(seq, cache.n_past());
-  experts_->after_forward();
 }
 
-std::string Qwen35MoeGpu::describe() const {
-  return "GPU " + std::to_string(opt_.device) + " " + device_name_ +
-         ": DeltaNet and attention layers, their state, norms, router, shared expert and output "
-         "head of all " +
-         std::to_string(cfg_.n_layer) + " layers in VRAM; " + experts_->summary() + "; VRAM " +
-         budget_.summary();
+std::string Qwen35MoeGpu::dense_summary() const {
+  return "DeltaNet and attention layers, their state, norms, router, shared expert and output head";
 }
 
 }  // namespace moe::gpu

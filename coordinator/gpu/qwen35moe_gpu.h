@@ -6,44 +6,23 @@
 // expert is enqueued first, so the GPU computes it while the CPU works on its share.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "coordinator/gpu/gpu_options.h"
-#include "coordinator/gpu/gpu_sequence_states.h"
-#include "coordinator/gpu/routed_experts_gpu.h"
-#include "coordinator/gpu/token_io_gpu.h"
-#include "coordinator/gpu/vram_budget.h"
-#include "coordinator/model/model_arch.h"
-#include "experts/gpu/gpu_executor.h"
+#include "coordinator/gpu/gpu_forward.h"
 #include "kernels/cuda/device_matrix.h"
 
 namespace moe::gpu {
 
-class Qwen35MoeGpu final : public model::ModelArch {
+class Qwen35MoeGpu final : public GpuForward {
  public:
   // `cpu_experts` computes the experts without a VRAM copy (in-process or worker processes);
   // null = an in-process CPU executor on `pool`.
   Qwen35MoeGpu(const gguf::GgufFile& file, cpu::ThreadPool& pool,
                std::unique_ptr<model::ExpertExecutor> cpu_experts, const GpuOptions& opt);
-  ~Qwen35MoeGpu() override;
 
   std::string_view name() const override { return "qwen35moe"; }
-  const model::ModelConfig& config() const override { return cfg_; }
-  // K/V (and recurrent state) live in VRAM: the host cache only names the sequence.
-  model::KvStorage cache_storage() const override { return model::KvStorage::None; }
-  void forward(std::span<const int32_t> tokens, model::KvCache& cache, model::LogitsMode mode,
-               float* logits, const model::ForwardHooks* hooks) override;
-
-  // Device, VRAM use by kind and where the experts live: printed at start.
-  std::string describe() const;
-  std::string runtime_stats() const override { return experts_->stats(); }
-  std::optional<model::ExpertRuntimeStats> expert_runtime() const override {
-    return experts_->runtime();
-  }
 
  private:
   struct Matrix {
@@ -66,8 +45,10 @@ class Qwen35MoeGpu final : public model::ModelArch {
   };
   void load_layer(const gguf::GgufFile& f, int64_t l, Layer& L);
   Matrix matrix(const gguf::TensorInfo& t);
-  void ensure_scratch(int64_t n_tokens);
-  float* scratch(VramBuffer& b, size_t floats, const char* what);
+  void reserve_layers(int64_t n_tokens) override;
+  std::string dense_summary() const override;
+  void enqueue_layers(int64_t n, int64_t pos0, GpuSequenceStates::Slot& seq,
+                      const model::ForwardHooks* hooks) override;
   // Mixer of layer l on xn (n tokens), output in d_mix_.
   void delta_net_layer(const Layer& L, int64_t l, int64_t n, GpuSequenceStates::Slot& seq);
   void attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0,
@@ -75,24 +56,10 @@ class Qwen35MoeGpu final : public model::ModelArch {
   // x = h + routed + sigmoid-gated shared expert of the normalised xn (x holds h on entry).
   void ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const model::ForwardHooks* hooks);
 
-  model::ModelConfig cfg_;
-  GpuOptions opt_;
-  std::string device_name_;
-  uint64_t vram_limit_ = 0;
-  // Before budget_: the budget's buffers come from its allocator and go before it.
-  std::unique_ptr<GpuExecutor> executor_;
-  VramBudget budget_;
-  cudaStream_t stream_ = nullptr;
-
-  std::unique_ptr<TokenIoGpu> io_;  // embeddings in, logits out
   std::vector<Layer> layers_;
-  std::unique_ptr<RoutedExpertsGpu> experts_;
-  // K/V and recurrent state of the running request and of the health probe.
-  GpuSequenceStates seqs_;
 
   // Device scratch, grow-only.
-  int64_t scratch_tokens_ = 0;
-  VramBuffer d_x_, d_xn_, d_mix_, d_moe_, d_rlogits_;
+  VramBuffer d_mix_, d_moe_, d_rlogits_;
   VramBuffer d_qkv_, d_conv_, d_z_, d_ssm_o_, d_beta_, d_gate_;    // DeltaNet
   VramBuffer d_qg_, d_q_, d_og_, d_k_, d_v_, d_attn_, d_attn_ws_;  // attention
   VramBuffer d_sg_, d_su_, d_sh_, d_ss_;                           // shared expert

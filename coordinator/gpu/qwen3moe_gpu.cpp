@@ -7,7 +7,6 @@
 
 #include "common/error.h"
 #include "coordinator/gpu/attention_gpu.h"
-#include "coordinator/gpu/gpu_executor_choice.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
 #include "experts/tensor_table.h"
@@ -17,40 +16,16 @@
 #include "kernels/cuda/rmsnorm.h"
 
 namespace moe::gpu {
-namespace {
-
-using model::KvCache;
-using model::ModelConfig;
-
-// The engine's running request plus the one-token health probe it interleaves.
-constexpr size_t kMaxSequences = 2;
-
-}  // namespace
 
 Qwen3MoeGpu::Qwen3MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                          std::unique_ptr<model::ExpertExecutor> cpu_experts, const GpuOptions& opt)
-    : cfg_(ModelConfig::from_gguf(f)),
-      opt_(opt),
-      vram_limit_(select_device(opt, device_name_)),
-      executor_(make_gpu_executor(opt, vram_limit_)),
-      budget_(vram_limit_, executor_->allocator()),
-      seqs_(budget_, cfg_, kMaxSequences) {
-  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+    : GpuForward(f, opt) {
+  const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t X = cfg_.n_expert;
-  if (opt.n_gpu_layers < cfg_.n_layer) {
-    throw Error("-ngl " + std::to_string(opt.n_gpu_layers) +
-                ": partial offload is not supported; " + "use -ngl " +
-                std::to_string(cfg_.n_layer) +
-                " or more (every layer's attention on the GPU) and keep experts on the CPU with "
-                "-cmoe / -ncmoe N, or -ngl 0 for the CPU path");
-  }
   if (cfg_.n_rot != hk) {
     throw Error(cfg_.arch + ".rope.dimension_count: qwen3moe rotates the whole head (" +
                 std::to_string(hk) + "), found " + std::to_string(cfg_.n_rot));
   }
-  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-
-  io_ = std::make_unique<TokenIoGpu>(budget_, f, E, V, cfg_.rms_eps);
   d_pos_ = budget_.allocate(sizeof(int32_t), VramUse::Scratch, "decode position");
   h_pos_.reserve(sizeof(int32_t));
 
@@ -83,40 +58,21 @@ Qwen3MoeGpu::Qwen3MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
     L.router = mat("ffn_gate_inp.weight", E, X, L.router_buf);
     layers_.push_back(std::move(L));
   }
-  experts_ =
-      std::make_unique<RoutedExpertsGpu>(budget_, *executor_, f, cfg_, pool, std::move(cpu_experts),
-                                         opt, GpuSequenceStates::estimate_bytes(cfg_, opt.n_ctx));
+  place_experts(f, pool, std::move(cpu_experts));
 }
 
-Qwen3MoeGpu::~Qwen3MoeGpu() {
-  if (stream_) {
-    (void)cudaStreamSynchronize(stream_);
-    (void)cudaStreamDestroy(stream_);
-  }
-}
-
-float* Qwen3MoeGpu::scratch(VramBuffer& b, size_t floats, const char* what) {
-  return grow_scratch(budget_, b, floats, what);
-}
-
-void Qwen3MoeGpu::ensure_scratch(int64_t n) {
-  if (n <= scratch_tokens_) return;
+void Qwen3MoeGpu::reserve_layers(int64_t n) {
   const auto E = static_cast<size_t>(cfg_.n_embd);
   const auto N = static_cast<size_t>(n);
   const auto H = static_cast<size_t>(cfg_.max_n_head());
   const auto HK = static_cast<size_t>(cfg_.max_n_head_kv());
   const auto hd = static_cast<size_t>(std::max(cfg_.head_dim_k, cfg_.head_dim_v));
-  scratch(d_x_, N * E, "scratch x");
-  scratch(d_xn_, N * E, "scratch xn");
   scratch(d_tmp_, N * E, "scratch tmp");
   scratch(d_qkv_, N * (H + 2 * HK) * hd, "scratch q/k/v");
   scratch(d_attn_, N * H * hd, "scratch attn");
   scratch(d_k_, N * HK * hd, "scratch k");
   scratch(d_v_, N * HK * hd, "scratch v");
   scratch(d_rlogits_, N * static_cast<size_t>(cfg_.n_expert), "scratch router");
-  io_->reserve(n);
-  experts_->reserve(n);
-  scratch_tokens_ = n;
   ++scratch_epoch_;
 }
 
@@ -124,8 +80,8 @@ void Qwen3MoeGpu::enqueue_layers(int64_t n, int64_t pos0, const int32_t* device_
                                  GpuSequenceStates::Slot& seq, const model::ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd;
   const float eps = cfg_.rms_eps;
-  float* x = d_x_.as<float>();
-  float* xn = d_xn_.as<float>();
+  float* x = this->x();
+  float* xn = this->xn();
   const int64_t hk = cfg_.head_dim_k;
   std::vector<float> l_out;
   bool normed = false;  // xn holds this layer's attention norm of x already
@@ -171,8 +127,8 @@ void Qwen3MoeGpu::enqueue_layers(int64_t n, int64_t pos0, const int32_t* device_
 
 void Qwen3MoeGpu::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq,
                                  float* logits) {
-  float* x = d_x_.as<float>();
-  float* xn = d_xn_.as<float>();
+  float* x = this->x();
+  float* xn = this->xn();
   // The step's inputs enter outside the graph: its embedding row and its position.
   io_->embed(std::span<const int32_t>(&token, 1), x, stream_);
   *h_pos_.get<int32_t>() = static_cast<int32_t>(pos0);
@@ -213,41 +169,18 @@ void Qwen3MoeGpu::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates:
   io_->copy_head_row(logits, stream_);
 }
 
-void Qwen3MoeGpu::forward(std::span<const int32_t> tokens, KvCache& cache, model::LogitsMode mode,
-                          float* logits, const model::ForwardHooks* hooks) {
-  const auto n = static_cast<int64_t>(tokens.size());
-  model::check_tokens(tokens, cfg_.n_vocab);
-  cache.check_room(n);
-  GpuSequenceStates::Slot& seq = seqs_.acquire(cache);
-  ensure_scratch(n);
-  const int64_t pos0 = cache.n_past();
-  try {
-    if (opt_.cuda_graphs && n == 1 && experts_->step_on_device(n, hooks)) {
-      decode_graphed(tokens[0], pos0, seq, logits);
-    } else {
-      io_->embed(tokens, d_x_.as<float>(), stream_);
-      enqueue_layers(n, pos0, nullptr, seq, hooks);
-      experts_->finish();
-      io_->logits(d_x_.as<float>(), mode == model::LogitsMode::All ? 0 : n - 1, n,
-                  d_xn_.as<float>(), logits, stream_);
-    }
-    MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  } catch (...) {
-    experts_->abandon();  // a CPU share still running reads the staging buffers too
-    // Nothing enqueued may still read the pinned staging buffers when the next call refills
-    // them; the cache is not advanced, so its positions are simply rewritten next time.
-    (void)cudaStreamSynchronize(stream_);
-    throw;
+void Qwen3MoeGpu::run_batch(std::span<const int32_t> tokens, int64_t pos0,
+                            GpuSequenceStates::Slot& seq, model::LogitsMode mode, float* logits,
+                            const model::ForwardHooks* hooks) {
+  if (opt_.cuda_graphs && tokens.size() == 1 && experts_->step_on_device(1, hooks)) {
+    decode_graphed(tokens[0], pos0, seq, logits);
+  } else {
+    GpuForward::run_batch(tokens, pos0, seq, mode, logits, hooks);
   }
-  cache.advance(n);
-  GpuSequenceStates::commit(seq, cache.n_past());
-  experts_->after_forward();
 }
 
-std::string Qwen3MoeGpu::describe() const {
-  return "GPU " + std::to_string(opt_.device) + " " + device_name_ + ": attention, norms, " +
-         "router, output head and KV cache of all " + std::to_string(cfg_.n_layer) +
-         " layers in VRAM; " + experts_->summary() + "; VRAM " + budget_.summary();
+std::string Qwen3MoeGpu::dense_summary() const {
+  return "attention, norms, router, output head and KV cache";
 }
 
 }  // namespace moe::gpu

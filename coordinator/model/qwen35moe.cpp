@@ -6,7 +6,6 @@
 #include <string>
 
 #include "common/error.h"
-#include "coordinator/model/batch_routing.h"
 #include "experts/tensor_table.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/causal_conv.h"
@@ -16,7 +15,6 @@
 #include "kernels/cpu/l2norm.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/router.h"
 
 namespace moe::model {
 namespace {
@@ -31,18 +29,14 @@ T* grow(std::vector<T>& v, int64_t n) {
 
 Qwen35Moe::Qwen35Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                      std::unique_ptr<ExpertExecutor> experts)
-    : cfg_(ModelConfig::from_gguf(f)), pool_(pool), isa_(cpu::best_isa()) {
+    : CpuForward(f, pool) {
   if (cfg_.arch != "qwen35moe") {
     throw Error("Qwen35Moe: the file's architecture is '" + cfg_.arch + "'");
   }
-  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+  const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t X = cfg_.n_expert, F = cfg_.n_ff_exp, FS = cfg_.n_ff_shexp;
   const int64_t C = cfg_.ssm_conv_channels(), KC = cfg_.ssm_conv_kernel;
   const int64_t NV = cfg_.ssm_n_v_heads, DV = cfg_.ssm_head_v(), DI = cfg_.ssm_inner;
-  emb_ = require_embedding_tensors(f, E, V);
-  output_norm_ = vector_f32(*emb_.output_norm);
-  output_ = weight_matrix(*emb_.output);
-
   std::vector<ExpertLayerTensors> expert_tensors;
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -88,17 +82,14 @@ Qwen35Moe::Qwen35Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
     expert_tensors.push_back(require_expert_tensors(f, l, E, F, X));
     layers_.push_back(std::move(L));
   }
-  experts_ = experts ? std::move(experts)
-                     : std::make_unique<CpuExpertExecutor>(std::move(expert_tensors), E, F, X,
-                                                           pool_, isa_);
+  set_experts(std::move(expert_tensors), std::move(experts));
 }
 
-void Qwen35Moe::ensure_scratch(int64_t n) {
+void Qwen35Moe::reserve_layers(int64_t n) {
   const int64_t E = cfg_.n_embd, C = cfg_.ssm_conv_channels(), DI = cfg_.ssm_inner;
   const int64_t NV = cfg_.ssm_n_v_heads, hd = std::max(cfg_.head_dim_k, cfg_.head_dim_v);
   const int64_t H = cfg_.max_n_head(), HK = cfg_.max_n_head_kv();
-  const int64_t X = cfg_.n_expert, K = cfg_.n_expert_used;
-  for (auto* b : {&x_, &h_, &xn_, &mix_, &moe_out_, &sh_out_}) grow(*b, n * E);
+  for (auto* b : {&h_, &mix_, &moe_out_, &sh_out_}) grow(*b, n * E);
   grow(qkv_, n * C);
   grow(conv_, n * C);
   grow(z_, n * DI);
@@ -110,12 +101,6 @@ void Qwen35Moe::ensure_scratch(int64_t n) {
   grow(k_, n * HK * hd);
   grow(v_, n * HK * hd);
   grow(rope_cs_, cfg_.n_rot);
-  grow(rlogits_, n * X);
-  grow(rprobs_, n * X);
-  grow(rweights_, n * K);
-  grow(rids_, n * K);
-  grow(forced_, K);
-  grow(items_, n * K);
   grow(sh_g_, n * cfg_.n_ff_shexp);
   grow(sh_u_, n * cfg_.n_ff_shexp);
   grow(sh_s_, n);
@@ -187,18 +172,8 @@ void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t po
 }
 
 void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const ForwardHooks* hooks) {
-  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, FS = cfg_.n_ff_shexp;
-  // The router runs in f32 (F32 weights take F32 activations).
-  cpu::matmul(L.router, xn_.data(), n, rlogits_.data(), pool_, mm_, isa_);
-  route_batch(rlogits_.data(), n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(),
-              rids_.data(), rweights_.data(), &pool_);
-  for (int64_t i = 0; i < n * K; ++i) {
-    const auto ii = static_cast<size_t>(i);
-    items_[ii] = {static_cast<int32_t>(i / K), rids_[ii], rweights_[ii]};
-  }
-  experts_->run(l, xn_.data(), n,
-                std::span<const ExpertItem>(items_.data(), static_cast<size_t>(n * K)),
-                moe_out_.data());
+  const int64_t E = cfg_.n_embd, FS = cfg_.n_ff_shexp;
+  moe_.run(l, L.router, xn_.data(), n, pos0, hooks, moe_out_.data(), pool_, mm_, isa_);
 
   // Shared expert, scaled per token by sigmoid(w_gate_inp_shexp · m).
   const cpu::MatmulJob shared[] = {{L.sh_gate, xn_.data(), n, sh_g_.data()},
@@ -221,23 +196,17 @@ void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const Fo
   }
 }
 
-void Qwen35Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
-                        float* logits, const ForwardHooks* hooks) {
-  const auto n = static_cast<int64_t>(tokens.size());
-  check_tokens(tokens, cfg_.n_vocab);
-  cache.check_room(n);
+void Qwen35Moe::check_cache(const KvCache& cache) const {
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     if (cfg_.is_recurrent(l) && !cache.has_recurrent(l)) {
       throw Error("forward: the cache has no recurrent state for layer " + std::to_string(l) +
                   " (made for another model?)");
     }
   }
-  const int64_t pos0 = cache.n_past();
+}
+
+void Qwen35Moe::run_layers(int64_t n, int64_t pos0, KvCache& cache, const ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd;
-  ensure_scratch(n);
-
-  emb_.embed(tokens, x_.data());
-
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
@@ -254,20 +223,11 @@ void Qwen35Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsM
     ffn(L, l, n, pos0, hooks);
 
     if (hooks && hooks->observe_layer) {
-      LayerTrace tr = layer_trace(cfg_, l, pos0, n, rlogits_.data(), rprobs_.data(), rids_.data(),
-                                  rweights_.data(), x_.data());
+      LayerTrace tr = moe_.trace(l, pos0, n, x_.data());
       tr.attn_residual = h_.data();
       hooks->observe_layer(tr);
     }
   }
-
-  // Output head: only the rows whose logits were asked for.
-  const int64_t first = mode == LogitsMode::All ? 0 : n - 1;
-  const int64_t rows = n - first;
-  rmsnorm_rows(x_.data() + first * E, output_norm_.data(), xn_.data(), rows, E, cfg_.rms_eps);
-  cpu::matmul(output_, xn_.data(), rows, logits, pool_, mm_, isa_);
-  // Only now does the batch become part of the sequence (K/V positions and recurrent state).
-  cache.advance(n);
 }
 
 }  // namespace moe::model

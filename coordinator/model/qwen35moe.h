@@ -9,23 +9,17 @@
 #include <vector>
 
 #include "coordinator/model/attention.h"
-#include "coordinator/model/model_arch.h"
-#include "experts/cpu_expert_executor.h"
-#include "experts/tensor_table.h"
-#include "kernels/cpu/matmul.h"
+#include "coordinator/model/cpu_forward.h"
 
 namespace moe::model {
 
-class Qwen35Moe final : public ModelArch {
+class Qwen35Moe final : public CpuForward {
  public:
   // `experts`: who computes the routed experts; null = a CpuExpertExecutor on `pool`.
   Qwen35Moe(const gguf::GgufFile& file, cpu::ThreadPool& pool,
             std::unique_ptr<ExpertExecutor> experts = nullptr);
 
   std::string_view name() const override { return "qwen35moe"; }
-  const ModelConfig& config() const override { return cfg_; }
-  void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode, float* logits,
-               const ForwardHooks* hooks) override;
 
  private:
   struct Layer {
@@ -42,31 +36,23 @@ class Qwen35Moe final : public ModelArch {
     // FFN: router and shared expert (routed experts live in the executor).
     cpu::WeightMatrix router, sh_gate, sh_up, sh_down, sh_gate_inp;
   };
-  void ensure_scratch(int64_t n_tokens);
+  void reserve_layers(int64_t n_tokens) override;
+  void run_layers(int64_t n, int64_t pos0, KvCache& cache, const ForwardHooks* hooks) override;
+  void check_cache(const KvCache& cache) const override;
   // Mixer of layer l on xn_ (n tokens), output in mix_.
   void delta_net_layer(const Layer& L, int64_t l, int64_t n, KvCache& cache);
   void attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0, KvCache& cache);
   // Routed + shared experts on xn_ (normalised h_); x_ = h_ + both.
   void ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const ForwardHooks* hooks);
 
-  ModelConfig cfg_;
-  cpu::ThreadPool& pool_;
-  cpu::Isa isa_;
-  EmbeddingTensors emb_;
-  std::vector<float> output_norm_;
-  cpu::WeightMatrix output_;
   std::vector<Layer> layers_;
-  std::unique_ptr<ExpertExecutor> experts_;
 
   // Grow-only scratch: steady-state decoding allocates nothing.
-  cpu::MatmulScratch mm_;
   AttentionScratch attn_scratch_;
-  std::vector<float> x_, h_, xn_, mix_;
+  std::vector<float> h_, mix_;
   std::vector<float> qkv_, conv_, z_, beta_, gate_, ssm_o_;     // DeltaNet
   std::vector<float> qg_, q_, ogate_, k_, v_, attn_, rope_cs_;  // attention
-  std::vector<float> rlogits_, rprobs_, rweights_, moe_out_, sh_g_, sh_u_, sh_out_, sh_s_;
-  std::vector<int32_t> rids_, forced_;
-  std::vector<ExpertItem> items_;
+  std::vector<float> moe_out_, sh_g_, sh_u_, sh_out_, sh_s_;
 };
 
 }  // namespace moe::model

@@ -4,13 +4,11 @@
 #include <string>
 
 #include "common/error.h"
-#include "coordinator/model/batch_routing.h"
 #include "experts/tensor_table.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/router.h"
 
 namespace moe::model {
 namespace {
@@ -29,17 +27,13 @@ void add_rows(float* x, const float* y, int64_t n) {
 
 Qwen3Moe::Qwen3Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                    std::unique_ptr<ExpertExecutor> experts)
-    : cfg_(ModelConfig::from_gguf(f)), pool_(pool), isa_(cpu::best_isa()) {
-  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+    : CpuForward(f, pool) {
+  const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t X = cfg_.n_expert, F = cfg_.n_ff_exp;
   if (cfg_.n_rot != hk) {
     throw Error(cfg_.arch + ".rope.dimension_count: qwen3moe rotates the whole head (" +
                 std::to_string(hk) + "), found " + std::to_string(cfg_.n_rot));
   }
-  emb_ = require_embedding_tensors(f, E, V);
-  output_norm_ = vector_f32(*emb_.output_norm);
-  output_ = weight_matrix(*emb_.output);
-
   std::vector<ExpertLayerTensors> expert_tensors;
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -59,43 +53,23 @@ Qwen3Moe::Qwen3Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
     expert_tensors.push_back(require_expert_tensors(f, l, E, F, X));
     layers_.push_back(std::move(L));
   }
-  experts_ = experts ? std::move(experts)
-                     : std::make_unique<CpuExpertExecutor>(std::move(expert_tensors), E, F, X,
-                                                           pool_, isa_);
+  set_experts(std::move(expert_tensors), std::move(experts));
 }
 
-void Qwen3Moe::ensure_scratch(int64_t n, int64_t /*n_kv*/) {
+void Qwen3Moe::reserve_layers(int64_t n) {
   const int64_t E = cfg_.n_embd, H = cfg_.max_n_head(), HK = cfg_.max_n_head_kv();
   const int64_t hd = std::max(cfg_.head_dim_k, cfg_.head_dim_v);
-  grow(x_, n * E);
-  grow(xn_, n * E);
   grow(tmp_, n * E);
   grow(moe_out_, n * E);
   grow(q_, n * H * hd);
   grow(attn_, n * H * hd);
   grow(k_, n * HK * hd);
   grow(v_, n * HK * hd);
-  grow(rlogits_, n * cfg_.n_expert);
-  grow(rprobs_, n * cfg_.n_expert);
-  grow(rweights_, n * cfg_.n_expert_used);
-  grow(rids_, n * cfg_.n_expert_used);
-  grow(forced_, cfg_.n_expert_used);
-  grow(items_, n * cfg_.n_expert_used);
   grow(rope_cs_, cfg_.n_rot);
 }
 
-void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
-                       float* logits, const ForwardHooks* hooks) {
-  const auto n = static_cast<int64_t>(tokens.size());
-  check_tokens(tokens, cfg_.n_vocab);
-  cache.check_room(n);
-  const int64_t pos0 = cache.n_past();
+void Qwen3Moe::run_layers(int64_t n, int64_t pos0, KvCache& cache, const ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
-  const int64_t K = cfg_.n_expert_used, X = cfg_.n_expert;
-  ensure_scratch(n, pos0 + n);
-
-  emb_.embed(tokens, x_.data());
-
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
@@ -121,32 +95,13 @@ void Qwen3Moe::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMo
     cpu::matmul(L.wo, attn_.data(), n, tmp_.data(), pool_, mm_, isa_);
     add_rows(x_.data(), tmp_.data(), n * E);
 
-    // MoE block: the router runs in f32 (F32 weights take F32 activations).
+    // MoE block.
     rmsnorm_rows(x_.data(), L.ffn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
-    cpu::matmul(L.router, xn_.data(), n, rlogits_.data(), pool_, mm_, isa_);
-    route_batch(rlogits_.data(), n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(),
-                rids_.data(), rweights_.data(), &pool_);
-    for (int64_t i = 0; i < n * K; ++i) {
-      const auto ii = static_cast<size_t>(i);
-      items_[ii] = {static_cast<int32_t>(i / K), rids_[ii], rweights_[ii]};
-    }
-    experts_->run(l, xn_.data(), n,
-                  std::span<const ExpertItem>(items_.data(), static_cast<size_t>(n * K)),
-                  moe_out_.data());
+    moe_.run(l, L.router, xn_.data(), n, pos0, hooks, moe_out_.data(), pool_, mm_, isa_);
     add_rows(x_.data(), moe_out_.data(), n * E);
 
-    if (hooks && hooks->observe_layer) {
-      hooks->observe_layer(layer_trace(cfg_, l, pos0, n, rlogits_.data(), rprobs_.data(),
-                                       rids_.data(), rweights_.data(), x_.data()));
-    }
+    if (hooks && hooks->observe_layer) hooks->observe_layer(moe_.trace(l, pos0, n, x_.data()));
   }
-
-  // Output head: only the rows whose logits were asked for.
-  const int64_t first = mode == LogitsMode::All ? 0 : n - 1;
-  const int64_t rows = n - first;
-  rmsnorm_rows(x_.data() + first * E, output_norm_.data(), xn_.data(), rows, E, cfg_.rms_eps);
-  cpu::matmul(output_, xn_.data(), rows, logits, pool_, mm_, isa_);
-  cache.advance(n);
 }
 
 }  // namespace moe::model

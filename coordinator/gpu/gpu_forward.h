@@ -1,0 +1,93 @@
+// What every GPU forward shares, so that a model class holds only its layers: the device, the GPU
+// executor and the VRAM budget, one stream, token I/O (embeddings in, logits out), the routed
+// experts (RoutedExpertsGpu), the per-sequence state in VRAM, the residual and normed row scratch,
+// and the forward itself with its commit-or-abandon.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "coordinator/gpu/gpu_options.h"
+#include "coordinator/gpu/gpu_sequence_states.h"
+#include "coordinator/gpu/routed_experts_gpu.h"
+#include "coordinator/gpu/token_io_gpu.h"
+#include "coordinator/gpu/vram_budget.h"
+#include "coordinator/model/model_arch.h"
+#include "experts/gpu/gpu_executor.h"
+
+namespace moe::gpu {
+
+class GpuForward : public model::ModelArch {
+ public:
+  ~GpuForward() override;
+
+  const model::ModelConfig& config() const override { return cfg_; }
+  // K/V (and recurrent state) live in VRAM: the host cache only names the sequence.
+  model::KvStorage cache_storage() const override { return model::KvStorage::None; }
+  // Runs the batch (run_batch) on the stream and waits for it. Only a batch that completes joins
+  // the sequence (K/V positions, recurrent state); one that throws leaves it as it was. The
+  // stream is idle whenever no forward runs, so a model's buffers may go in any order.
+  void forward(std::span<const int32_t> tokens, model::KvCache& cache, model::LogitsMode mode,
+               float* logits, const model::ForwardHooks* hooks) final;
+
+  // Device, VRAM use by kind and where the experts live: printed at start.
+  std::string describe() const;
+  std::string runtime_stats() const override { return experts_->stats(); }
+  std::optional<model::ExpertRuntimeStats> expert_runtime() const override {
+    return experts_->runtime();
+  }
+
+ protected:
+  // Chooses the device and the executor, creates the stream and the token I/O; refuses partial
+  // offload. The model's own layers come next, then place_experts.
+  GpuForward(const gguf::GgufFile& file, const GpuOptions& opt);
+
+  // Called by the model's constructor once its dense weights are in VRAM: the experts' pool gets
+  // what is left. `cpu_experts` computes the experts without a VRAM copy (null: in-process).
+  void place_experts(const gguf::GgufFile& file, cpu::ThreadPool& pool,
+                     std::unique_ptr<model::ExpertExecutor> cpu_experts);
+
+  // The layers, on stream_: x holds the embedded rows on entry and the residual stream after the
+  // last layer on return; xn is theirs to use.
+  virtual void enqueue_layers(int64_t n_tokens, int64_t pos0, GpuSequenceStates::Slot& seq,
+                              const model::ForwardHooks* hooks) = 0;
+  // Grows the model's own scratch to n tokens (x and xn are grown here).
+  virtual void reserve_layers(int64_t n_tokens) = 0;
+  // What of every layer lives in VRAM, for describe().
+  virtual std::string dense_summary() const = 0;
+  // One batch: embeddings, enqueue_layers, the experts' last work, logits. A model may replace it
+  // (a decode step replayed from a CUDA graph) and call it for the other batches.
+  virtual void run_batch(std::span<const int32_t> tokens, int64_t pos0,
+                         GpuSequenceStates::Slot& seq, model::LogitsMode mode, float* logits,
+                         const model::ForwardHooks* hooks);
+
+  float* scratch(VramBuffer& b, size_t floats, const char* what);
+  float* x() { return d_x_.as<float>(); }
+  float* xn() { return d_xn_.as<float>(); }
+
+  model::ModelConfig cfg_;
+  GpuOptions opt_;
+  std::string device_name_;
+  uint64_t vram_limit_ = 0;
+  // Before budget_: the budget's buffers come from its allocator and go before it.
+  std::unique_ptr<GpuExecutor> executor_;
+  VramBudget budget_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<TokenIoGpu> io_;
+  std::unique_ptr<RoutedExpertsGpu> experts_;
+  // The running request's sequence and the health probe's the engine interleaves with it.
+  GpuSequenceStates seqs_;
+
+ private:
+  void reserve(int64_t n_tokens);
+
+  int64_t scratch_tokens_ = 0;
+  VramBuffer d_x_, d_xn_;  // residual rows, normed rows
+};
+
+}  // namespace moe::gpu

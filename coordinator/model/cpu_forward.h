@@ -1,0 +1,59 @@
+// What the CPU forwards share, so that a model class holds only its layers: the config, the
+// thread pool and ISA, token embeddings and the output head, the routed experts (RoutedMoeCpu),
+// the residual and normed rows, and the forward itself: checks, embedding, the model's layers,
+// the logits, and the cache advanced only when the batch completed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "coordinator/model/model_arch.h"
+#include "coordinator/model/routed_moe_cpu.h"
+#include "experts/expert_tensors.h"
+#include "experts/tensor_table.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
+
+namespace moe::model {
+
+class CpuForward : public ModelArch {
+ public:
+  const ModelConfig& config() const override { return cfg_; }
+  void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode, float* logits,
+               const ForwardHooks* hooks) final;
+
+ protected:
+  // Reads the config, the embeddings and the output head.
+  CpuForward(const gguf::GgufFile& file, cpu::ThreadPool& pool);
+
+  // Called by the model's constructor with every layer's expert tensors (checked at load even
+  // when another executor computes them: a broken file fails there). `experts` null: a
+  // CpuExpertExecutor on the pool.
+  void set_experts(std::vector<ExpertLayerTensors> tensors,
+                   std::unique_ptr<ExpertExecutor> experts);
+
+  // The layers: x_ holds the embedded rows on entry and the residual stream after the last layer
+  // on return; xn_ is theirs to use. Sized for n tokens by the time this runs.
+  virtual void run_layers(int64_t n_tokens, int64_t pos0, KvCache& cache,
+                          const ForwardHooks* hooks) = 0;
+  // Grows the model's own scratch to n tokens.
+  virtual void reserve_layers(int64_t n_tokens) = 0;
+  // Refuses a cache this model cannot use (before anything runs).
+  virtual void check_cache(const KvCache& /*cache*/) const {}
+
+  ModelConfig cfg_;
+  cpu::ThreadPool& pool_;
+  cpu::Isa isa_;
+  cpu::MatmulScratch mm_;  // grow-only
+  RoutedMoeCpu moe_;
+  std::vector<float> x_, xn_;  // residual rows, normed rows
+
+ private:
+  EmbeddingTensors emb_;
+  std::vector<float> output_norm_;
+  cpu::WeightMatrix output_;
+};
+
+}  // namespace moe::model
