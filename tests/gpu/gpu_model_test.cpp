@@ -27,7 +27,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "tests/cuda/gpu_test_env.h"
 #include "tests/gpu/gpu_golden_util.h"
-#include "tests/model/golden_compare.h"
+#include "tests/model/golden_driver.h"
 #include "tests/testdata.h"
 
 namespace {
@@ -37,6 +37,10 @@ using namespace moe::model;
 using moe::gpu::GpuOptions;
 using moe::gpu::Qwen3MoeGpu;
 using moe::test::Diff;
+using moe::test::Golden;
+using moe::test::golden_rows;
+using moe::test::load_golden;
+using moe::test::run_forced;
 using namespace moe::test::gpu;
 
 const std::vector<std::string> kModels = {"F16",    "Q8_0",   "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0",
@@ -59,13 +63,14 @@ TEST_P(GpuGolden, MatchesGoldensAndCpuPath) {
   const double tol_max = f16 ? 0.05 : 0.6, tol_rms = f16 ? 0.01 : 0.1;
   for (const char* prompt : {"raw", "chat"}) {
     const fs::path dir = root / "golden" / stem / prompt;
-    const std::vector<float> gold = golden_rows(dir);
-    const std::vector<float> ref = run_forced(*cpu, dir, KvType::F32);
+    const Golden g = load_golden(dir);
+    const std::vector<float> gold = golden_rows(g);
+    const std::vector<float> ref = run_forced(*cpu, g, KvType::F32);
     ASSERT_EQ(ref.size(), gold.size());
     for (const Placement& p : kPlacements) {
       SCOPED_TRACE(stem + "/" + prompt + " [" + p.name + "]");
       Qwen3MoeGpu gpu(file, pool, nullptr, options(p));
-      const std::vector<float> got = run_forced(gpu, dir, KvType::F32);
+      const std::vector<float> got = run_forced(gpu, g, KvType::F32);
       ASSERT_EQ(got.size(), gold.size());
       Diff vs_gold, vs_cpu;
       vs_gold.add(got.data(), gold.data(), static_cast<int64_t>(got.size()));
@@ -538,8 +543,9 @@ TEST(GpuModel, PrefillCpuShareMatchesGoldens) {
   const double tol_max = f16 ? 0.05 : 0.6, tol_rms = f16 ? 0.01 : 0.1;
   for (const char* prompt : {"raw", "chat"}) {
     const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / prompt;
-    const std::vector<float> gold = golden_rows(dir);
-    const std::vector<float> ref = run_forced(*cpu, dir, KvType::F32);
+    const Golden g = load_golden(dir);
+    const std::vector<float> gold = golden_rows(g);
+    const std::vector<float> ref = run_forced(*cpu, g, KvType::F32);
     for (const double share : {0.5, 1.0, -1.0}) {
       SCOPED_TRACE(std::string(prompt) + ", prefill CPU share " + std::to_string(share));
       GpuOptions opt = options(kPlacements[1]);  // -cmoe, no pool
@@ -547,7 +553,7 @@ TEST(GpuModel, PrefillCpuShareMatchesGoldens) {
       opt.moe_staging_chunk = 2;
       opt.moe_prefill_cpu_share = share;
       Qwen3MoeGpu split(file, pool, nullptr, opt);
-      const std::vector<float> got = run_forced(split, dir, KvType::F32);
+      const std::vector<float> got = run_forced(split, g, KvType::F32);
       ASSERT_EQ(got.size(), gold.size());
       Diff vs_gold, vs_cpu;
       vs_gold.add(got.data(), gold.data(), static_cast<int64_t>(got.size()));

@@ -18,11 +18,12 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "coordinator/model/generation.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/cuda/gpu_test_env.h"
 #include "tests/gpu/gpu_golden_util.h"
 #include "tests/model/fused_experts.h"
-#include "tests/model/golden_compare.h"
+#include "tests/model/golden_driver.h"
 #include "tests/testdata.h"
 
 namespace {
@@ -32,6 +33,10 @@ using namespace moe::model;
 using namespace moe::test::gpu;
 using moe::gpu::Qwen35MoeGpu;
 using moe::test::Diff;
+using moe::test::Golden;
+using moe::test::golden_rows;
+using moe::test::load_golden;
+using moe::test::run_forced;
 
 const std::vector<std::string> kModels = {"F16", "Q8_0", "Q4_K_M"};
 
@@ -72,13 +77,14 @@ TEST_P(Qwen35GpuGolden, MatchesGoldensAndCpuPath) {
   const double tol_max = f16 ? 0.05 : 1.0, tol_rms = f16 ? 0.01 : 0.2;
   for (const char* prompt : {"raw", "chat"}) {
     const fs::path dir = golden_dir(m, prompt);
-    const std::vector<float> gold = golden_rows(dir);
-    const std::vector<float> ref = run_forced(*cpu, dir, KvType::F32);
+    const Golden g = load_golden(dir);
+    const std::vector<float> gold = golden_rows(g);
+    const std::vector<float> ref = run_forced(*cpu, g, KvType::F32);
     ASSERT_EQ(ref.size(), gold.size());
     for (const Placement& p : kPlacements) {
       SCOPED_TRACE(m + "/" + prompt + " [" + p.name + "]");
       Qwen35MoeGpu gpu(file, pool, nullptr, options(p));
-      const std::vector<float> got = run_forced(gpu, dir, KvType::F32);
+      const std::vector<float> got = run_forced(gpu, g, KvType::F32);
       ASSERT_EQ(got.size(), gold.size());
       Diff vs_gold, vs_cpu;
       vs_gold.add(got.data(), gold.data(), static_cast<int64_t>(got.size()));

@@ -17,7 +17,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -35,17 +34,17 @@
 #include "tests/model/alloc_counter.h"
 #include "tests/model/fused_experts.h"
 #include "tests/model/gguf_rewrite.h"
-#include "tests/model/golden_compare.h"
+#include "tests/model/golden_driver.h"
 #include "tests/testdata.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace moe::model;
-using moe::test::Choice;
 using moe::test::Diff;
-using moe::test::own_topk;
-using moe::test::set_gap;
+using moe::test::Golden;
+using moe::test::GoldenRun;
+using moe::test::RoutingStats;
 
 const std::vector<std::string> kModels = {"F16", "Q8_0", "Q4_K_M"};
 constexpr int64_t kCtx = 512;  // as the golden runs
@@ -96,108 +95,8 @@ Tol tolerance(const std::string& m) {
   if (m == "F16") return {0.05, 0.01, 5e-3, 0.015, 2e-3};
   return {0.6, 0.1, 5e-2, 0.15, 2e-2};
 }
-
-struct Golden {
-  std::vector<int32_t> prompt, greedy;
-  std::vector<float> prompt_logits, greedy_logits;
-  std::vector<std::vector<int32_t>> topk, gen_topk;  // [layer][row * k]
-  std::vector<std::vector<float>> l_out, attn_res, router;
-};
-
-Golden load_golden(const fs::path& dir, int64_t n_layer) {
-  using moe::test::read_raw;
-  Golden g;
-  g.prompt = read_raw<int32_t>(dir / "prompt_tokens.i32");
-  g.greedy = read_raw<int32_t>(dir / "greedy_tokens.i32");
-  g.prompt_logits = read_raw<float>(dir / "prompt_logits.f32");
-  g.greedy_logits = read_raw<float>(dir / "greedy_logits.f32");
-  for (int64_t l = 0; l < n_layer; ++l) {
-    const std::string L = std::to_string(l);
-    g.topk.push_back(read_raw<int32_t>(dir / ("moe_topk_" + L + ".i32")));
-    g.gen_topk.push_back(read_raw<int32_t>(dir / ("gen_moe_topk_" + L + ".i32")));
-    g.l_out.push_back(read_raw<float>(dir / ("l_out_" + L + ".f32")));
-    g.attn_res.push_back(read_raw<float>(dir / ("attn_residual_" + L + ".f32")));
-    g.router.push_back(read_raw<float>(dir / ("moe_logits_" + L + ".f32")));
-  }
-  return g;
-}
-
-// Records expert choices (or the router's own top k: `shadow`) and the prompt batch's per-layer
-// tensors through ForwardHooks::observe_layer.
-struct Recorder {
-  std::map<std::pair<int64_t, int64_t>, Choice> choices;  // (layer, pos)
-  std::vector<std::vector<float>> l_out, attn_res, router;
-  ForwardHooks hooks;
-  bool shadow;
-
-  Recorder(int64_t n_layer, bool shadow_)
-      : l_out(static_cast<size_t>(n_layer)),
-        attn_res(static_cast<size_t>(n_layer)),
-        router(static_cast<size_t>(n_layer)),
-        shadow(shadow_) {
-    hooks.observe_layer = [this](const LayerTrace& t) {
-      for (int64_t i = 0; i < t.n_tokens; ++i) {
-        Choice c;
-        const float* p = t.router_probs + i * t.n_expert;
-        c.probs.assign(p, p + t.n_expert);
-        if (shadow) {
-          c.ids = own_topk(p, t.n_expert, t.n_expert_used);
-        } else {
-          c.ids.assign(t.experts + i * t.n_expert_used, t.experts + (i + 1) * t.n_expert_used);
-        }
-        choices[{t.layer, t.pos0 + i}] = std::move(c);
-      }
-      if (t.pos0 == 0) {
-        const auto l = static_cast<size_t>(t.layer);
-        l_out[l].assign(t.l_out, t.l_out + t.n_tokens * t.n_embd);
-        ASSERT_NE(t.attn_residual, nullptr);
-        attn_res[l].assign(t.attn_residual, t.attn_residual + t.n_tokens * t.n_embd);
-        router[l].assign(t.router_logits, t.router_logits + t.n_tokens * t.n_expert);
-      }
-    };
-  }
-};
-
-struct RoutingStats {
-  int64_t eq = 0, n = 0;
-  int64_t first_div_pos = INT64_MAX;    // first position with any differing layer
-  int64_t mismatches_not_near_tie = 0;  // every mismatch beyond the near-tie gap
-  int64_t primary_not_near_tie = 0;     // ... that is not downstream of an earlier one
-  double max_gap = 0, primary_gap = 0;  // over all mismatches / those at the first position
-};
-
-RoutingStats compare_routing(const Recorder& r, const Golden& g, int64_t n_layer, int64_t k,
-                             int64_t n_pos, double tie) {
-  RoutingStats st;
-  const auto n_prompt = static_cast<int64_t>(g.prompt.size());
-  for (int64_t pos = 0; pos < n_pos; ++pos) {
-    for (int64_t l = 0; l < n_layer; ++l) {
-      const auto it = r.choices.find({l, pos});
-      if (it == r.choices.end()) continue;
-      const int32_t* gold =
-          pos < n_prompt
-              ? &g.topk[static_cast<size_t>(l)][static_cast<size_t>(pos * k)]
-              : &g.gen_topk[static_cast<size_t>(l)][static_cast<size_t>((pos - n_prompt) * k)];
-      ++st.n;
-      const double gap = set_gap(it->second, gold, k);
-      std::vector<int32_t> a(it->second.ids), b(gold, gold + k);
-      std::sort(a.begin(), a.end());
-      std::sort(b.begin(), b.end());
-      if (a == b) {
-        ++st.eq;
-        continue;
-      }
-      st.max_gap = std::max(st.max_gap, gap);
-      if (pos <= st.first_div_pos) st.primary_gap = std::max(st.primary_gap, gap);
-      if (gap > tie) {
-        ++st.mismatches_not_near_tie;
-        if (pos < st.first_div_pos) ++st.primary_not_near_tie;
-      }
-      st.first_div_pos = std::min(st.first_div_pos, pos);
-    }
-  }
-  return st;
-}
+// qwen35moe's goldens also hold every layer's mixer residual and router logits: both compared.
+constexpr moe::test::GoldenExtras kExtras{.attn_residual = true, .router_logits = true};
 
 // ---- tokenizer and chat template ----
 
@@ -236,37 +135,24 @@ TEST_P(Qwen35Golden, MatchesLlamaCpp) {
   auto model = create_model_arch(file, pool);
   ASSERT_EQ(model->name(), "qwen35moe");
   const ModelConfig& cfg = model->config();
-  const int64_t V = cfg.n_vocab, L = cfg.n_layer, K = cfg.n_expert_used;
+  const int64_t V = cfg.n_vocab, L = cfg.n_layer;
   const Tol tol = tolerance(m);
 
   for (const char* prompt_name : {"raw", "chat"}) {
     SCOPED_TRACE(m + "/" + prompt_name);
     const fs::path dir = golden_dir(m, prompt_name);
-    const Golden g = load_golden(dir, L);
-    const auto n_prompt = static_cast<int64_t>(g.prompt.size());
-    const auto n_greedy = static_cast<int64_t>(g.greedy.size());
+    const Golden g = moe::test::load_golden(dir, L, kExtras);
+    const auto n_prompt = g.n_prompt();
+    const auto n_greedy = g.n_greedy();
     ASSERT_EQ(g.prompt_logits.size(), static_cast<size_t>(n_prompt * V));
     ASSERT_EQ(g.greedy_logits.size(), static_cast<size_t>(n_greedy * V));
-    std::vector<float> row(static_cast<size_t>(V));
 
-    // 1. Forced routing, teacher-forced decode; the router's own choice is recorded alongside.
-    ForcedRouting forced(dir.string(), L, K);
-    Recorder fr(L, /*shadow=*/true);
-    fr.hooks.force_experts = [&](int64_t l, int64_t pos, int32_t* e) {
-      return forced.lookup(l, pos, e);
-    };
-    Diff d_prompt, d_decode;
-    {
-      KvCache cache = model->make_cache(kCtx, KvType::F32, KvType::F32);
-      const std::vector<float> logits = evaluate_batch(*model, cache, g.prompt, &fr.hooks);
-      d_prompt.add(logits.data(), g.prompt_logits.data(), n_prompt * V);
-      d_decode.add(logits.data() + (n_prompt - 1) * V, g.greedy_logits.data(), V);
-      for (int64_t s = 0; s + 1 < n_greedy; ++s) {
-        model->forward(std::span<const int32_t>(&g.greedy[static_cast<size_t>(s)], 1), cache,
-                       LogitsMode::Last, row.data(), &fr.hooks);
-        d_decode.add(row.data(), g.greedy_logits.data() + (s + 1) * V, V);
-      }
-    }
+    // 1. forced routing, teacher-forced decode, the router's own choice recorded alongside;
+    // 2. own routing, teacher-forced on the golden tokens; 3. free-running greedy, own routing.
+    const GoldenRun run = moe::test::run_golden(*model, g, tol.near_tie, kExtras);
+    const Diff& d_prompt = run.logits.prompt;
+    const Diff& d_decode = run.logits.decode;
+    const moe::test::Recorder& fr = *run.forced;
     double lout_rel = 0, attn_rel = 0, router_max = 0;
     std::string per_layer;
     for (int64_t l = 0; l < L; ++l) {
@@ -280,12 +166,14 @@ TEST_P(Qwen35Golden, MatchesLlamaCpp) {
              static_cast<int64_t>(g.attn_res[li].size()));
       dr.add(fr.router[li].data(), g.router[li].data(), static_cast<int64_t>(g.router[li].size()));
       lout_rel = std::max(lout_rel, dl.rel());
+      attn_rel = std::max(attn_rel, da.rel());
+      router_max = std::max(router_max, dr.max);
       char buf[96];
       std::snprintf(buf, sizeof buf, " L%lld %.1e/%.1e/%.1e", static_cast<long long>(l), da.rel(),
                     dl.rel(), dr.max);
       per_layer += buf;
     }
-    const RoutingStats shadow = compare_routing(fr, g, L, K, n_prompt + n_greedy - 1, tol.near_tie);
+    const RoutingStats& shadow = run.shadow;
     EXPECT_LE(d_prompt.max, tol.logit_max);
     EXPECT_LE(d_prompt.rms(), tol.logit_rms);
     EXPECT_LE(d_decode.max, tol.logit_max);
@@ -296,44 +184,19 @@ TEST_P(Qwen35Golden, MatchesLlamaCpp) {
     EXPECT_EQ(shadow.mismatches_not_near_tie, 0)
         << "router disagrees beyond a near tie (max gap " << shadow.max_gap << ")";
 
-    // 2. Own routing, teacher-forced on the golden tokens: expert sets.
-    Recorder own(L, /*shadow=*/false);
-    {
-      KvCache cache = model->make_cache(kCtx, KvType::F32, KvType::F32);
-      evaluate_batch(*model, cache, g.prompt, &own.hooks);
-      for (int64_t s = 0; s < n_greedy; ++s) {
-        model->forward(std::span<const int32_t>(&g.greedy[static_cast<size_t>(s)], 1), cache,
-                       LogitsMode::Last, row.data(), &own.hooks);
-      }
-    }
-    const RoutingStats rs = compare_routing(own, g, L, K, n_prompt + n_greedy, tol.near_tie);
-    EXPECT_EQ(rs.n, (n_prompt + n_greedy) * L);
-    EXPECT_GE(static_cast<double>(rs.eq), 0.95 * static_cast<double>(rs.n));
+    // 2. Own routing: expert sets.
+    const RoutingStats& rs = run.own;
+    EXPECT_EQ(rs.n(), (n_prompt + n_greedy) * L);
+    EXPECT_GE(static_cast<double>(rs.eq()), 0.95 * static_cast<double>(rs.n()));
     EXPECT_EQ(rs.primary_not_near_tie, 0) << "first routing divergence is not a near tie";
 
-    // 3. Free-running greedy with own routing: equal tokens up to the first routing divergence.
-    Recorder free_run(L, false);
-    GenerateOptions opt;
-    opt.n_steps = n_greedy;
-    opt.hooks = &free_run.hooks;
-    KvCache cache = model->make_cache(kCtx, KvType::F32, KvType::F32);
-    const GenerateResult gen = generate(*model, cache, g.prompt, opt);
-    int64_t agree = 0;
-    while (agree < n_greedy &&
-           gen.tokens[static_cast<size_t>(agree)] == g.greedy[static_cast<size_t>(agree)]) {
-      ++agree;
-    }
-    const RoutingStats fs_ = compare_routing(free_run, g, L, K, n_prompt + agree, tol.near_tie);
-    // Token s comes from position n_prompt - 1 + s: it must agree when no earlier routing differed.
-    const int64_t must_agree = std::clamp<int64_t>(
-        fs_.first_div_pos == INT64_MAX ? n_greedy : fs_.first_div_pos - n_prompt + 1, 0, n_greedy);
+    // 3. Free-running greedy: equal tokens up to the first routing divergence.
+    const int64_t agree = run.free.agree;
+    const RoutingStats& fs_ = run.free.routing;
     // Before that point a different token is only acceptable where llama.cpp's own top two
     // logits were within the logit tolerance (a near tie of the argmax).
-    double argmax_gap = -1;
-    if (agree < must_agree) {
-      const float* gl = g.greedy_logits.data() + agree * V;
-      argmax_gap =
-          gl[g.greedy[static_cast<size_t>(agree)]] - gl[gen.tokens[static_cast<size_t>(agree)]];
+    const double argmax_gap = run.free.argmax_gap;
+    if (agree < run.free.must_agree) {
       EXPECT_LE(argmax_gap, tol.logit_max) << "greedy token " << agree << " differs";
     }
     if (m == "F16") {
@@ -347,9 +210,9 @@ TEST_P(Qwen35Golden, MatchesLlamaCpp) {
         "argmax gap "
         "%.3f)\n",
         m.c_str(), prompt_name, d_prompt.max, d_prompt.rms(), d_decode.max, d_decode.rms(),
-        per_layer.c_str(), static_cast<long long>(shadow.n - shadow.eq),
-        static_cast<long long>(shadow.n), shadow.max_gap, static_cast<long long>(rs.eq),
-        static_cast<long long>(rs.n), rs.max_gap, rs.primary_gap, static_cast<long long>(agree),
+        per_layer.c_str(), static_cast<long long>(shadow.n() - shadow.eq()),
+        static_cast<long long>(shadow.n()), shadow.max_gap, static_cast<long long>(rs.eq()),
+        static_cast<long long>(rs.n()), rs.max_gap, rs.primary_gap, static_cast<long long>(agree),
         static_cast<long long>(n_greedy),
         static_cast<long long>(fs_.first_div_pos == INT64_MAX ? -1 : fs_.first_div_pos),
         argmax_gap);
