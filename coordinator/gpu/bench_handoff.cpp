@@ -6,7 +6,7 @@
 //   - a CpuShareRunner round trip with an empty job (wake the runner thread, which releases the
 //     stream), per waiter;
 //   - the pre-hand-off way: a 4-byte copy and cudaStreamSynchronize.
-// Run on the GPU machine; the numbers are in docs/PERFORMANCE.md.
+// Run on the GPU machine; the numbers are in docs/performance-log.md.
 #include <cuda_runtime.h>
 
 #include <algorithm>

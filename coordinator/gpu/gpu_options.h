@@ -34,8 +34,8 @@ struct GpuOptions {
   // streamed experts that the CPU computes instead, at the same time (the least routed ones).
   // Default 0.2: the least routed experts have few tokens, so the CPU computes them in about a
   // copy's time, and the link carries 20% less (0.2-0.3 measured best on the H200 host,
-  // docs/PERFORMANCE.md); 0: all stream; < 0 (--moe-prefill-cpu-share auto): m * t_gpu / (t_gpu +
-  // t_cpu) of the m experts, with each side's time per expert measured on the previous layers.
+  // docs/performance-log.md); 0: all stream; < 0 (--moe-prefill-cpu-share auto): m * t_gpu / (t_gpu
+  // + t_cpu) of the m experts, with each side's time per expert measured on the previous layers.
   double moe_prefill_cpu_share = 0.2;
   // --moe-resident-profiler, for --moe-stream-share auto: "old" copies at least one miss per
   // decode layer visit (the fork's default), "new" none when the rates say the CPU alone is faster.
@@ -50,7 +50,7 @@ struct GpuOptions {
   // Experts per chunk of a prefill's stream: the slots are a ring of chunks, each copied as soon
   // as the chunk it held has been computed, and computed once it is in VRAM (0: half the slots,
   // double buffering). Divides moe_staging_slots into at least two chunks. 128 slots in chunks of
-  // 16 measured best on the H200 host (docs/PERFORMANCE.md); a smaller slot count given alone
+  // 16 measured best on the H200 host (docs/performance-log.md); a smaller slot count given alone
   // gets chunks of at most half of it.
   int64_t moe_staging_chunk = 16;
   // Copy streams a prefill's chunks go round (--moe-copy-streams): each copy has a fixed cost
@@ -84,14 +84,14 @@ struct GpuOptions {
 // Spin of the CPU thread pool when the model runs on a GPU (tools' default unless --pool-spin is
 // given): the pool idles while the GPU computes each layer's attention (~0.1 ms), and a pool that
 // fell asleep pays a futex wake of every thread per layer. Measured on the H200 host, 16 threads,
-// -cmoe: tg 24 tok/s with the CPU default spin, 36 with this (docs/PERFORMANCE.md).
+// -cmoe: tg 24 tok/s with the CPU default spin, 36 with this (docs/performance-log.md).
 inline constexpr int kGpuPoolSpin = 200000;
 
 // Threads of the CPU thread pool for a tool's -t: with the GPU and CPU-homed experts a runner
 // thread (one of the pool's) computes the CPU's share while the thread driving the GPU keeps
 // enqueueing, so that thread is counted in -t and the pool gets one fewer. One busy thread more
 // than the cores stalls the pool's spinning workers for a scheduler tick per layer (tg 5.7
-// instead of 75 tok/s measured on the H200 host, docs/PERFORMANCE.md).
+// instead of 75 tok/s measured on the H200 host, docs/performance-log.md).
 inline int cpu_pool_threads(const GpuOptions& o, int threads) {
   const bool runner = o.n_gpu_layers > 0 && (o.cpu_moe || o.n_cpu_moe > 0) && !o.moe_cpu_sync;
   return runner && threads > 1 ? threads - 1 : threads;

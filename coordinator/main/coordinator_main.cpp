@@ -282,7 +282,7 @@ std::unique_ptr<engine::WorkerPoolExperts> start_workers(const Args& a,
   wo.base.start_timeout = std::chrono::seconds(a.worker_timeout_s);
   wo.workers = place.cpu_workers;
   // Spinning for the other side pays only when both have cores of their own; on shared cores
-  // it steals the cycles the other side computes with (measured in docs/PERFORMANCE.md).
+  // it steals the cycles the other side computes with (measured in docs/performance-log.md).
   wo.base.pool_spin = a.pool_spin;
   wo.base.spin = shares_cores(place) ? 0 : static_cast<uint32_t>(std::max(a.pool_spin, 2000));
   wo.coordinator_addr = local;

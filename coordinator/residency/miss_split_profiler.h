@@ -11,7 +11,7 @@
 // average. Trying
 // every q and keeping the fastest (the fork's profiler) was tried first: one visit's latency
 // varies more between visits than between neighbouring q, so it chose noise (52.7 tok/s against
-// 70.4 for a fixed share, docs/PERFORMANCE.md). Host-only, no CUDA.
+// 70.4 for a fixed share, docs/performance-log.md). Host-only, no CUDA.
 #pragma once
 
 #include <cstdint>

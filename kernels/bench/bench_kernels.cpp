@@ -1,5 +1,5 @@
 // moe-bench-kernels: effective weight bandwidth of the quantized GEMV per type, beside the plain
-// memory read bandwidth measured in the same run with the same threads (docs/PERFORMANCE.md).
+// memory read bandwidth measured in the same run with the same threads (docs/performance-log.md).
 #include <immintrin.h>
 #include <sys/mman.h>
 

@@ -17,8 +17,8 @@ namespace {
 // kGemvMinTaskBytes. Each task is a separate stream that the prefetchers must pick up again, and
 // that restart is what limited a GEMV: on a Zen 5 with 2 threads (~30 GB/s of DRAM per core),
 // 64 KiB tasks held Q4_K/Q8_0/BF16 at 55-64% of the read bandwidth and 1 MiB tasks at 74-87%
-// (docs/PERFORMANCE.md). A few tasks per thread still even out a slow thread; the floor keeps
-// small matrices spread over every thread.
+// (an early measurement, not in docs/performance-log.md). A few tasks per thread still even out a
+// slow thread; the floor keeps small matrices spread over every thread.
 constexpr size_t kGemvMinTaskBytes = 64 << 10;
 constexpr size_t kGemvTasksPerThread = 4;
 // A GEMM task keeps this many weight bytes hot in L2 while every activation chunk passes over it.

@@ -3,7 +3,7 @@
 //
 // Why a measurement: a one-row GEMV does so much arithmetic per cache line that the out-of-order
 // window alone keeps too few DRAM reads in flight, and the distance that keeps enough in flight
-// differs between machines in ways no CPUID field predicts. Measured (docs/PERFORMANCE.md): a
+// differs between machines in ways no CPUID field predicts. Measured (docs/performance-log.md): a
 // Zen 5 VM needed 6 KiB; the H200 host's Xeon runs Q4_K-Q8_0 at 90-100% of its read bandwidth
 // with 6 KiB and 80-87% with 2 KiB; a development Xeon VM runs Q6_K and Q8_0 at 66% with 6 KiB and
 // 95-100% with 2 KiB. So the first large GEMVs of a process alternate between the candidates, and

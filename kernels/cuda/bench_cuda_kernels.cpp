@@ -1,5 +1,5 @@
 // moe-bench-cuda-kernels: what each kernel of a decode step costs on this GPU, as the step sees it
-// (docs/PERFORMANCE.md). Every case is `--launches` dependent launches captured in one CUDA
+// (docs/performance-log.md). Every case is `--launches` dependent launches captured in one CUDA
 // graph, replayed `--repeats` times; the median replay over the launch count is the time per
 // launch, gaps included. Weight matrices rotate over copies that together exceed the L2 cache
 // (`--rotate-mib`), so each launch reads its weights from DRAM as a decode step does; the

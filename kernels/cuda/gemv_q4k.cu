@@ -11,7 +11,7 @@
 // no lane idles. In the fused form the two rows are an expert's gate and up rows, and the lane
 // holding the sums writes silu(gate) * up. H200, weights from DRAM (moe-bench-cuda-kernels): a 2048
 // x 4096 GEMV 7.8 -> 5.0 us; 8 experts' gate + up + SwiGLU 10.6 us against ~23.5 as three launches
-// (docs/PERFORMANCE.md).
+// (docs/performance-log.md).
 #include <cstdint>
 #include <string>
 

@@ -1,6 +1,6 @@
 // A stream that waits for the host: one thread polls a counter in mapped page-locked host memory
 // until it reaches a value. Used where stream memory operations are missing or, after a long
-// wait, slow to notice the release (docs/PERFORMANCE.md, hand-off).
+// wait, slow to notice the release (docs/performance-log.md, hand-off).
 #pragma once
 
 #include <cuda_runtime.h>
