@@ -144,7 +144,7 @@ void Engine::run_probes() {
   try {
     if (opt_.prepare) opt_.prepare();
     // A scratch sequence of its own: whatever is running keeps its cache untouched.
-    if (!probe_cache_) probe_cache_.emplace(model_.make_cache(1, opt_.k_type, opt_.v_type));
+    if (!probe_cache_) probe_cache_.emplace(model_.make_cache(1, opt_.kv));
     model::KvCache& cache = *probe_cache_;
     cache.clear();
     const int32_t token = tok_.bos_id() >= 0 ? tok_.bos_id() : 0;
@@ -243,7 +243,7 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
   int64_t n_ctx = opt_.n_ctx;
   if (req.max_tokens > 0) n_ctx = std::min(n_ctx, n_prompt + req.max_tokens - 1);
   n_ctx = std::max(n_ctx, n_prompt);
-  if (!slot_.cache) slot_.cache.emplace(model_.make_cache(opt_.n_ctx, opt_.k_type, opt_.v_type));
+  if (!slot_.cache) slot_.cache.emplace(model_.make_cache(opt_.n_ctx, opt_.kv));
   model::KvCache& cache = *slot_.cache;
   // The prompt cache: keep the common prefix of the cached tokens and the prompt, but evaluate at
   // least the last prompt token (its logits choose the first new token).

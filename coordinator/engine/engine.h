@@ -33,7 +33,7 @@ namespace moe::engine {
 
 struct EngineOptions {
   int64_t n_ctx = 4096;  // per sequence
-  model::KvType k_type = model::KvType::F16, v_type = model::KvType::F16;
+  model::KvConfig kv;  // -ctk/-ctv, per-layer overrides, rotation
   size_t queue_capacity = 16;  // waiting jobs, not counting the running one
   int64_t n_batch = 512;       // prompt tokens per forward
   // Called on the scheduler thread before each job and probe: restart dead workers. It throws

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/hadamard.h"
+
 namespace moe::model {
 namespace {
 
@@ -29,6 +31,15 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
   const int64_t v_stride = s.n_head_kv * s.head_dim_v;
   const float* K = cache.k_f32(layer);
   const float* V = cache.v_f32(layer);
+  // A rotated K cache holds H·k: the query is rotated alike, so q·k is unchanged.
+  const int64_t k_rot = cache.k_rotation(layer), v_rot = cache.v_rotation(layer);
+  if (k_rot > 0) {
+    const auto n = static_cast<size_t>(n_tokens * s.n_head * s.head_dim_k);
+    if (scratch.q.size() < n) scratch.q.resize(n);
+    std::copy(q, q + n, scratch.q.begin());
+    cpu::hadamard_blocks(scratch.q.data(), static_cast<int64_t>(n), k_rot);
+    q = scratch.q.data();
+  }
   // Non-f32 caches are decoded once per call; rows are split among the threads.
   constexpr int64_t kRowsPerTask = 64;
   const int64_t n_row_tasks = (n_kv + kRowsPerTask - 1) / kRowsPerTask;
@@ -80,6 +91,8 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
       const float* vj = V + j * v_stride + hk * s.head_dim_v;
       for (int64_t d = 0; d < s.head_dim_v; ++d) o[d] += p * vj[d];
     }
+    // A rotated V cache gives H·out; H is its own inverse.
+    if (v_rot > 0) cpu::hadamard_blocks(o, s.head_dim_v, v_rot);
   });
 }
 

@@ -22,11 +22,13 @@ struct AttentionShape {
 // Buffers reused across calls so that steady-state decoding allocates nothing.
 struct AttentionScratch {
   std::vector<float> k, v;    // decoded cache rows (non-f32 caches)
+  std::vector<float> q;       // the rotated query (rotated K caches)
   std::vector<float> scores;  // per thread, one row of n_kv scores
 };
 
 // q: [n_tokens, n_head * head_dim_k]; token i sits at position pos0 + i and attends to cache
-// positions [0, pos0 + i]. Those rows must already be stored in `cache` for `layer`.
+// positions [0, pos0 + i]. Those rows must already be stored in `cache` for `layer`. Where the
+// layer's cache is Hadamard-rotated, q is rotated alike and the output rotated back.
 // out: [n_tokens, n_head * head_dim_v].
 void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
                const KvCache& cache, int64_t layer, float* out, cpu::ThreadPool& pool,

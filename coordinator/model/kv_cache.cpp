@@ -7,56 +7,10 @@
 #include "common/fp16.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/kv_quant.h"
 
 namespace moe::model {
-namespace {
-
-// Q4_0 as llama.cpp's quantize_row_q4_0_ref: the signed value of largest magnitude maps to -8.
-void quantize_q4_0(const float* x, unsigned char* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j) {
-      if (std::fabs(xb[j]) > amax) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    unsigned char* out = dst + b * 18;
-    const uint16_t dh = fp32_to_fp16(d);
-    std::memcpy(out, &dh, 2);
-    for (int j = 0; j < 16; ++j) {
-      const int q0 = std::min(15, static_cast<int>(xb[j] * id + 8.5f));
-      const int q1 = std::min(15, static_cast<int>(xb[j + 16] * id + 8.5f));
-      out[2 + j] = static_cast<unsigned char>(q0 | (q1 << 4));
-    }
-  }
-}
-
-void encode_row(KvType t, const float* x, unsigned char* dst, int64_t n) {
-  switch (t) {
-    case KvType::F32:
-      std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case KvType::F16:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = fp32_to_fp16(x[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    case KvType::Q8_0:
-      // The Q8_0 weight block and the Q8_0 activation block are the same format.
-      cpu::quantize_act_row_ref(cpu::ActFormat::Q8_0, x, dst, n);
-      return;
-    case KvType::Q4_0:
-      quantize_q4_0(x, dst, n);
-      return;
-  }
-}
-
-}  // namespace
 
 KvType parse_kv_type(std::string_view name) {
   if (name == "f32") return KvType::F32;
@@ -95,16 +49,72 @@ GgmlType kv_ggml_type(KvType t) {
   return GgmlType::F32;
 }
 
-KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type,
-                 KvStorage storage)
-    : n_ctx_(n_ctx), k_type_(k_type), v_type_(v_type), storage_(storage) {
+bool kv_type_quantized(KvType t) { return t == KvType::Q8_0 || t == KvType::Q4_0; }
+
+namespace {
+
+KvType layer_type(KvType all, const std::optional<KvConfig::Override>& first,
+                  const std::optional<KvConfig::Override>& last, int64_t index, int64_t n) {
+  KvType t = all;
+  if (first && index < first->n_layers) t = first->type;
+  if (last && index >= n - last->n_layers) t = last->type;
+  return t;
+}
+
+}  // namespace
+
+KvType KvConfig::k_type(int64_t index, int64_t n) const {
+  return layer_type(k, k_first, k_last, index, n);
+}
+KvType KvConfig::v_type(int64_t index, int64_t n) const {
+  return layer_type(v, v_first, v_last, index, n);
+}
+
+KvConfig::Override KvConfig::parse_override(std::string_view spec, std::string_view flag) {
+  const size_t comma = spec.find(',');
+  const std::string bad = std::string(flag) + " '" + std::string(spec) + "': ";
+  if (comma == std::string_view::npos) throw Error(bad + "expected TYPE,N (e.g. q8_0,4)");
+  Override o{};
+  try {
+    o.type = parse_kv_type(spec.substr(0, comma));
+  } catch (const Error& e) {
+    throw Error(bad + e.what());
+  }
+  const std::string n(spec.substr(comma + 1));
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(n, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (n.empty() || used != n.size() || v < 0 || v > 1 << 20) {
+    throw Error(bad + "N must be a layer count >= 0");
+  }
+  o.n_layers = v;
+  return o;
+}
+
+KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, const KvConfig& kv, KvStorage storage)
+    : n_ctx_(n_ctx), storage_(storage) {
   if (n_ctx < 1 || n_ctx > (int64_t{1} << 24)) {
     throw Error("invalid context length " + std::to_string(n_ctx));
   }
+  int64_t n_attention = 0;
+  for (int64_t l = 0; l < cfg.n_layer; ++l) n_attention += cfg.is_recurrent(l) ? 0 : 1;
+  first_attention_ = -1;
   layers_.resize(static_cast<size_t>(cfg.n_layer));
+  int64_t index = 0;  // among attention layers
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     if (cfg.is_recurrent(l)) continue;
+    if (first_attention_ < 0) first_attention_ = l;
     Layer& L = layers_[static_cast<size_t>(l)];
+    const KvType k_type = kv.k_type(index, n_attention), v_type = kv.v_type(index, n_attention);
+    ++index;
+    L.k_type = k_type;
+    L.v_type = v_type;
+    if (kv.rotate && kv_type_quantized(k_type)) L.k_rot = cpu::hadamard_block_k(cfg.head_dim_k);
+    if (kv.rotate && kv_type_quantized(v_type)) L.v_rot = cpu::hadamard_block_v(cfg.head_dim_v);
     L.k_elems = cfg.n_head_kv[static_cast<size_t>(l)] * cfg.head_dim_k;
     L.v_elems = cfg.n_head_kv[static_cast<size_t>(l)] * cfg.head_dim_v;
     const auto kb = ggml_row_bytes(kv_ggml_type(k_type), static_cast<uint64_t>(L.k_elems));
@@ -122,8 +132,51 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_
     L.k.resize(L.k_row_bytes * static_cast<size_t>(n_ctx));
     L.v.resize(L.v_row_bytes * static_cast<size_t>(n_ctx));
   }
+  if (first_attention_ < 0) first_attention_ = 0;
   if (!cfg.recurrent.empty() && storage == KvStorage::Host) rs_ = RecurrentState(cfg);
   recurrent_ = cfg.has_recurrent();
+}
+
+const KvCache::Layer& KvCache::layer_at(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size())) {
+    throw Error("KV cache: no layer " + std::to_string(layer));
+  }
+  return layers_[static_cast<size_t>(layer)];
+}
+
+uint64_t KvCache::bytes() const {
+  uint64_t b = 0;
+  for (const Layer& L : layers_)
+    b += (L.k_row_bytes + L.v_row_bytes) * static_cast<uint64_t>(n_ctx_);
+  return b;
+}
+
+std::string KvCache::describe() const {
+  // Runs of attention layers with the same K and V types, then whether anything is rotated.
+  std::string s;
+  bool rotated = false;
+  size_t l = 0;
+  while (l < layers_.size()) {
+    if (layers_[l].k_row_bytes == 0) {
+      ++l;
+      continue;
+    }
+    const Layer& a = layers_[l];
+    size_t end = l + 1, last = l;
+    while (end < layers_.size() &&
+           (layers_[end].k_row_bytes == 0 ||
+            (layers_[end].k_type == a.k_type && layers_[end].v_type == a.v_type))) {
+      if (layers_[end].k_row_bytes != 0) last = end;
+      ++end;
+    }
+    if (!s.empty()) s += ", ";
+    s += "layers " + std::to_string(l) + "-" + std::to_string(last) + " K " +
+         std::string(kv_type_name(a.k_type)) + " V " + std::string(kv_type_name(a.v_type));
+    l = last + 1;
+  }
+  for (const Layer& L : layers_) rotated = rotated || L.k_rot || L.v_rot;
+  return s + (rotated ? ", quantized rows Hadamard-rotated" : "") + "; " +
+         std::to_string(bytes() >> 20) + " MiB for " + std::to_string(n_ctx_) + " positions";
 }
 
 void KvCache::truncate(int64_t n) {
@@ -164,27 +217,37 @@ void KvCache::store(int64_t layer, int64_t pos, const float* k_row, const float*
   if (L.k_row_bytes == 0) {
     throw Error("layer " + std::to_string(layer) + " is recurrent and keeps no K/V");
   }
-  encode_row(k_type_, k_row, L.k.data() + static_cast<size_t>(pos) * L.k_row_bytes, L.k_elems);
-  encode_row(v_type_, v_row, L.v.data() + static_cast<size_t>(pos) * L.v_row_bytes, L.v_elems);
+  const auto rotated = [&](const float* row, int64_t n, int64_t block) {
+    if (block == 0) return row;
+    rotated_.assign(row, row + n);
+    cpu::hadamard_blocks(rotated_.data(), n, block);
+    return static_cast<const float*>(rotated_.data());
+  };
+  cpu::encode_kv_row(kv_ggml_type(L.k_type), rotated(k_row, L.k_elems, L.k_rot),
+                     L.k.data() + static_cast<size_t>(pos) * L.k_row_bytes, L.k_elems);
+  cpu::encode_kv_row(kv_ggml_type(L.v_type), rotated(v_row, L.v_elems, L.v_rot),
+                     L.v.data() + static_cast<size_t>(pos) * L.v_row_bytes, L.v_elems);
 }
 
 const float* KvCache::k_f32(int64_t layer) const {
   require_host("reading K");
-  if (k_type_ != KvType::F32) return nullptr;
-  return reinterpret_cast<const float*>(layers_.at(static_cast<size_t>(layer)).k.data());
+  const Layer& L = layer_at(layer);
+  if (L.k_type != KvType::F32) return nullptr;
+  return reinterpret_cast<const float*>(L.k.data());
 }
 
 const float* KvCache::v_f32(int64_t layer) const {
   require_host("reading V");
-  if (v_type_ != KvType::F32) return nullptr;
-  return reinterpret_cast<const float*>(layers_.at(static_cast<size_t>(layer)).v.data());
+  const Layer& L = layer_at(layer);
+  if (L.v_type != KvType::F32) return nullptr;
+  return reinterpret_cast<const float*>(L.v.data());
 }
 
 void KvCache::read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const {
   require_host("reading K");
   const Layer& L = layers_.at(static_cast<size_t>(layer));
   for (int64_t i = 0; i < n; ++i) {
-    cpu::dequantize_row(kv_ggml_type(k_type_),
+    cpu::dequantize_row(kv_ggml_type(L.k_type),
                         L.k.data() + static_cast<size_t>(pos + i) * L.k_row_bytes,
                         dst + i * L.k_elems, L.k_elems);
   }
@@ -194,7 +257,7 @@ void KvCache::read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const {
   require_host("reading V");
   const Layer& L = layers_.at(static_cast<size_t>(layer));
   for (int64_t i = 0; i < n; ++i) {
-    cpu::dequantize_row(kv_ggml_type(v_type_),
+    cpu::dequantize_row(kv_ggml_type(L.v_type),
                         L.v.data() + static_cast<size_t>(pos + i) * L.v_row_bytes,
                         dst + i * L.v_elems, L.v_elems);
   }

@@ -1,10 +1,12 @@
 // Per-sequence state: for every attention layer, K and V rows (one row of n_head_kv * head_dim
-// values per position) stored as f32, f16, q8_0 or q4_0 (llama.cpp's -ctk/-ctv names); for every
-// recurrent layer of a hybrid model (qwen35moe), its RecurrentState. One object per sequence, so
-// several sequences are several caches.
+// values per position) stored as f32, f16, q8_0 or q4_0 (llama.cpp's -ctk/-ctv names), per layer
+// (KvConfig), quantized rows Hadamard-rotated as llama.cpp does by default; for every recurrent
+// layer of a hybrid model (qwen35moe), its RecurrentState. One object per sequence, so several
+// sequences are several caches.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,20 +28,58 @@ enum class KvStorage { Host, None };
 KvType parse_kv_type(std::string_view name);
 std::string_view kv_type_name(KvType t);
 GgmlType kv_ggml_type(KvType t);
+bool kv_type_quantized(KvType t);
+
+// The cache types of every attention layer: -ctk/-ctv for all, with the first or last N attention
+// layers (counted among attention layers only) given another type by -ctk-first TYPE,N,
+// -ctk-last, -ctv-first, -ctv-last (the reference user's fork; "last" wins where both reach).
+// Quantized K and V are rotated (llama.cpp b10587's default, --no-kv-rotation turns it off): K and
+// the query in blocks of the largest power of two >= 64 dividing the head size, V (and the
+// attention output back) in blocks of 64; head sizes that are not multiples of 64 are not rotated.
+struct KvConfig {
+  struct Override {
+    KvType type;
+    int64_t n_layers;
+  };
+  KvType k = KvType::F16, v = KvType::F16;
+  std::optional<Override> k_first, k_last, v_first, v_last;
+  bool rotate = true;
+
+  static KvConfig uniform(KvType k, KvType v) { return KvConfig{k, v, {}, {}, {}, {}, true}; }
+  // The types of attention layer `index` of n_attention.
+  KvType k_type(int64_t index, int64_t n_attention) const;
+  KvType v_type(int64_t index, int64_t n_attention) const;
+  // "TYPE,N" as the -ctk-first family spells it; moe::Error naming `flag` otherwise.
+  static Override parse_override(std::string_view spec, std::string_view flag);
+};
 
 class KvCache {
  public:
   // Storage for n_ctx positions of every attention layer of `cfg` (recurrent layers keep no K/V)
   // and the recurrent state (none with KvStorage::None: then every access to them throws). Throws
   // moe::Error when n_ctx < 1 or a row does not split into whole blocks of the chosen type.
-  KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type,
+  KvCache(const ModelConfig& cfg, int64_t n_ctx, const KvConfig& kv,
           KvStorage storage = KvStorage::Host);
+  KvCache(const ModelConfig& cfg, int64_t n_ctx, KvType k_type, KvType v_type,
+          KvStorage storage = KvStorage::Host)
+      : KvCache(cfg, n_ctx, KvConfig::uniform(k_type, v_type), storage) {}
 
   int64_t n_ctx() const { return n_ctx_; }
   // Positions already evaluated (the next token goes at n_past()).
   int64_t n_past() const { return n_past_; }
-  KvType k_type() const { return k_type_; }
-  KvType v_type() const { return v_type_; }
+  // The types of an attention layer (of the first attention layer: k_type(), v_type()).
+  KvType k_type(int64_t layer) const { return layer_at(layer).k_type; }
+  KvType v_type(int64_t layer) const { return layer_at(layer).v_type; }
+  KvType k_type() const { return k_type(first_attention_); }
+  KvType v_type() const { return v_type(first_attention_); }
+  // The Hadamard block K (with the query) and V (with the attention output) of a layer are
+  // rotated in; 0: not rotated.
+  int64_t k_rotation(int64_t layer) const { return layer_at(layer).k_rot; }
+  int64_t v_rotation(int64_t layer) const { return layer_at(layer).v_rot; }
+  // Bytes of K and V rows for n_ctx positions over every layer, at their real types.
+  uint64_t bytes() const;
+  // "f16 K / q4_0 V, layers 0-3 q8_0 V, ..., rotated" for start-up lines and /props.
+  std::string describe() const;
   KvStorage storage() const { return storage_; }
   int64_t k_row_elems(int64_t layer) const { return layers_[static_cast<size_t>(layer)].k_elems; }
   int64_t v_row_elems(int64_t layer) const { return layers_[static_cast<size_t>(layer)].v_elems; }
@@ -47,14 +87,14 @@ class KvCache {
   // Throws "context length N exceeded" unless n more positions fit after n_past().
   void check_room(int64_t n) const;
 
-  // Writes the K and V rows of position `pos` (converted to the cache types); throws for a
-  // recurrent layer.
+  // Writes the K and V rows of position `pos` (rotated where the layer rotates, then converted to
+  // the cache types); throws for a recurrent layer.
   void store(int64_t layer, int64_t pos, const float* k_row, const float* v_row);
 
   // Direct f32 rows [0, n_ctx) of a layer when the type is F32, else nullptr.
   const float* k_f32(int64_t layer) const;
   const float* v_f32(int64_t layer) const;
-  // Decodes rows [pos, pos + n) into dst (n * row_elems floats).
+  // Decodes rows [pos, pos + n) into dst (n * row_elems floats), as stored (still rotated).
   void read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const;
   void read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const;
 
@@ -83,15 +123,19 @@ class KvCache {
  private:
   void require_host(const char* what) const;  // throws for KvStorage::None
   struct Layer {
+    KvType k_type = KvType::F32, v_type = KvType::F32;
+    int64_t k_rot = 0, v_rot = 0;
     int64_t k_elems = 0, v_elems = 0;
     size_t k_row_bytes = 0, v_row_bytes = 0;
     std::vector<unsigned char> k, v;
   };
+  const Layer& layer_at(int64_t layer) const;
   int64_t n_ctx_;
   int64_t n_past_ = 0;
-  KvType k_type_, v_type_;
+  int64_t first_attention_ = 0;
   KvStorage storage_;
-  bool recurrent_ = false;  // the model has recurrent layers (wherever their state lives)
+  std::vector<float> rotated_;  // store()'s rotated copy of a row
+  bool recurrent_ = false;      // the model has recurrent layers (wherever their state lives)
   std::vector<Layer> layers_;
   RecurrentState rs_;
 };

@@ -64,8 +64,11 @@ class ModelArch {
                        float* logits, const ForwardHooks* hooks = nullptr) = 0;
 
   // The sequence state (KV cache, and recurrent state for hybrid models) of one sequence.
+  KvCache make_cache(int64_t n_ctx, const KvConfig& kv) const {
+    return KvCache(config(), n_ctx, kv, cache_storage());
+  }
   KvCache make_cache(int64_t n_ctx, KvType k_type, KvType v_type) const {
-    return KvCache(config(), n_ctx, k_type, v_type, cache_storage());
+    return make_cache(n_ctx, KvConfig::uniform(k_type, v_type));
   }
   // Where this forward keeps sequence state: GPU forwards keep it in VRAM (KvStorage::None).
   virtual KvStorage cache_storage() const { return KvStorage::Host; }

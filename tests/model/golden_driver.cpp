@@ -117,11 +117,15 @@ std::vector<float> teacher_forced(ModelArch& m, KvCache& cache, std::span<const 
 }
 
 std::vector<float> run_forced(ModelArch& m, const Golden& g, KvType kv, Recorder* rec) {
+  return run_forced(m, g, KvConfig::uniform(kv, kv), rec);
+}
+
+std::vector<float> run_forced(ModelArch& m, const Golden& g, const KvConfig& kv, Recorder* rec) {
   const ModelConfig& cfg = m.config();
   ForcedRouting forced(g.dir.string(), cfg.n_layer, cfg.n_expert_used);
   ForwardHooks hooks = forced.hooks();
   if (rec != nullptr) hooks.observe_layer = rec->hooks.observe_layer;
-  KvCache cache = m.make_cache(kGoldenCtx, kv, kv);
+  KvCache cache = m.make_cache(kGoldenCtx, kv);
   // The last greedy token's logits are not in the goldens: it is not fed.
   const std::span<const int32_t> steps(g.greedy.data(), g.greedy.empty() ? 0 : g.greedy.size() - 1);
   return teacher_forced(m, cache, g.prompt, steps, &hooks);

@@ -99,6 +99,9 @@ std::vector<float> run_forced(model::ModelArch& m, const Golden& g, model::KvTyp
 // The same from a golden folder.
 std::vector<float> run_forced(model::ModelArch& m, const std::filesystem::path& dir,
                               model::KvType kv);
+// With any cache configuration (per-layer types, rotation).
+std::vector<float> run_forced(model::ModelArch& m, const Golden& g, const model::KvConfig& kv,
+                              Recorder* rec = nullptr);
 
 // prompt_logits then greedy_logits without its row 0 (the last prompt row's, already there).
 std::vector<float> golden_rows(const Golden& g);

@@ -12,6 +12,7 @@
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "kernels/cpu/hadamard.h"
 #include "tests/model/synth_model.h"
 #include "tests/testdata.h"
 
@@ -167,16 +168,78 @@ TEST(KvCache, StoresAndReadsBackEveryType) {
   for (KvType t : {KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0}) {
     KvCache c(cfg, 4, t, t);
     c.store(1, 3, k.data(), v.data());
+    // Quantized rows are stored rotated (64-value blocks at this head size) and read as stored.
+    std::vector<float> want_k = k, want_v = v;
+    EXPECT_EQ(c.k_rotation(1), kv_type_quantized(t) ? 64 : 0);
+    EXPECT_EQ(c.v_rotation(1), kv_type_quantized(t) ? 64 : 0);
+    if (c.k_rotation(1)) moe::cpu::hadamard_blocks(want_k.data(), 128, c.k_rotation(1));
+    if (c.v_rotation(1)) moe::cpu::hadamard_blocks(want_v.data(), 128, c.v_rotation(1));
     c.read_k(1, 3, 1, out.data());
-    const double tol = t == KvType::F32    ? 0
-                       : t == KvType::F16  ? 1e-3
-                       : t == KvType::Q8_0 ? 1e-2
-                                           : 0.15;
-    for (size_t i = 0; i < k.size(); ++i) EXPECT_NEAR(out[i], k[i], tol) << kv_type_name(t);
+    // Bounds relative to the row's largest value: q8_0 rounds to amax/127 steps, q4_0 to amax/8.
+    const auto bound = [&](const std::vector<float>& want) {
+      float amax = 0;
+      for (float x : want) amax = std::max(amax, std::fabs(x));
+      return t == KvType::F32    ? 0.0
+             : t == KvType::F16  ? 1e-3 * amax
+             : t == KvType::Q8_0 ? amax / 200.0
+                                 : amax / 7.0;
+    };
+    const double tol_k = bound(want_k), tol_v = bound(want_v);
+    for (size_t i = 0; i < k.size(); ++i) EXPECT_NEAR(out[i], want_k[i], tol_k) << kv_type_name(t);
     c.read_v(1, 3, 1, out.data());
-    for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(out[i], v[i], 2 * tol) << kv_type_name(t);
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(out[i], want_v[i], tol_v) << kv_type_name(t);
     EXPECT_THROW(c.store(0, 4, k.data(), v.data()), moe::Error);
   }
+}
+
+// -ctk-first / -ctv-last and friends: the first/last N attention layers (recurrent layers do not
+// count) get their own type, "last" where both reach; the types and rotation follow per layer.
+TEST(KvCache, PerLayerTypesCountAttentionLayersOnly) {
+  ModelConfig cfg;
+  cfg.n_layer = 8;
+  cfg.n_head_kv = std::vector<int64_t>(8, 2);
+  cfg.head_dim_k = cfg.head_dim_v = 64;
+  cfg.recurrent = {1, 1, 1, 0, 1, 1, 1, 0};  // attention layers: 3 and 7
+  KvConfig kv = KvConfig::uniform(KvType::Q4_0, KvType::Q4_0);
+  kv.v_first = KvConfig::parse_override("q8_0,1", "-ctv-first");
+  kv.k_last = KvConfig::parse_override("f16,1", "-ctk-last");
+  KvCache c(cfg, 16, kv, KvStorage::None);
+  EXPECT_EQ(c.k_type(3), KvType::Q4_0);
+  EXPECT_EQ(c.v_type(3), KvType::Q8_0);
+  EXPECT_EQ(c.k_type(7), KvType::F16);
+  EXPECT_EQ(c.v_type(7), KvType::Q4_0);
+  EXPECT_EQ(c.k_rotation(7), 0);  // f16 K is not rotated
+  EXPECT_EQ(c.v_rotation(7), 64);
+  // Row bytes at the real types: q4_0 is 18 bytes per 32 values, q8_0 34, f16 64.
+  EXPECT_EQ(c.bytes(), 16u * (4 * 18 + 4 * 34 + 128 * 2 + 4 * 18));
+  EXPECT_NE(c.describe().find("layers 3-3 K q4_0 V q8_0"), std::string::npos) << c.describe();
+  EXPECT_NE(c.describe().find("layers 7-7 K f16 V q4_0"), std::string::npos) << c.describe();
+  // Both ends reaching every layer: "last" wins.
+  KvConfig both = KvConfig::uniform(KvType::F16, KvType::F16);
+  both.k_first = KvConfig::parse_override("q8_0,2", "-ctk-first");
+  both.k_last = KvConfig::parse_override("q4_0,2", "-ctk-last");
+  KvCache d(cfg, 16, both, KvStorage::None);
+  EXPECT_EQ(d.k_type(3), KvType::Q4_0);
+  EXPECT_EQ(d.k_type(7), KvType::Q4_0);
+  // --no-kv-rotation.
+  kv.rotate = false;
+  KvCache e(cfg, 16, kv, KvStorage::None);
+  EXPECT_EQ(e.k_rotation(3), 0);
+  EXPECT_EQ(e.v_rotation(7), 0);
+}
+
+TEST(KvCache, PerLayerOverrideSpellingsAreChecked) {
+  for (const char* bad : {"q8_0", "q8_0,", "q8_0,-1", "q8_0,x", "q8_0,4x", "q5_1,4", ",4"}) {
+    try {
+      (void)KvConfig::parse_override(bad, "-ctv-first");
+      ADD_FAILURE() << bad;
+    } catch (const moe::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("-ctv-first"), std::string::npos) << e.what();
+    }
+  }
+  const KvConfig::Override o = KvConfig::parse_override("q8_0,4", "-ctv-first");
+  EXPECT_EQ(o.type, KvType::Q8_0);
+  EXPECT_EQ(o.n_layers, 4);
 }
 
 }  // namespace
