@@ -25,11 +25,11 @@ struct Projections {
   int64_t q_stride;
   float* k;
   int64_t k_stride;
-  const float* v;
+  float* v;  // Hadamard-rotated in place for a rotated V cache
   int64_t v_stride;
 };
 
-// q and k are normed and rotated in place; out [n, n_head * head_dim_v]. Token i is at position
+// q and k are normed and rotated in place (and Hadamard-rotated for a rotated K cache); out [n, n_head * head_dim_v]. Token i is at position
 // pos0 + i. The decode split's scratch grows `workspace` through `budget`. Enqueued on `stream`.
 // With device_pos0 the positions start at the device int32's value when the kernels run (CUDA
 // graphs; pos0 is the value at this enqueue, validated on the host).

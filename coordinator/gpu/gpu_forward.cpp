@@ -43,9 +43,9 @@ GpuForward::~GpuForward() {
 
 void GpuForward::place_experts(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                                std::unique_ptr<model::ExpertExecutor> cpu_experts) {
-  experts_ =
-      std::make_unique<RoutedExpertsGpu>(budget_, *executor_, f, cfg_, pool, std::move(cpu_experts),
-                                         opt_, GpuSequenceStates::estimate_bytes(cfg_, opt_.n_ctx));
+  experts_ = std::make_unique<RoutedExpertsGpu>(
+      budget_, *executor_, f, cfg_, pool, std::move(cpu_experts), opt_,
+      GpuSequenceStates::estimate_bytes(cfg_, opt_.n_ctx, opt_.kv));
 }
 
 float* GpuForward::scratch(VramBuffer& b, size_t floats, const char* what) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/mapped_file.h"
+#include "coordinator/model/kv_cache.h"
 
 namespace moe::gpu {
 
@@ -79,6 +80,8 @@ struct GpuOptions {
   std::string gpu_executor = "in-process";
   // Context per sequence the KV cache is sized for when the pool is sized automatically.
   int64_t n_ctx = 4096;
+  // The KV cache types the sequences will use: the VRAM the expert pool leaves for them.
+  model::KvConfig kv;
 };
 
 // Spin of the CPU thread pool when the model runs on a GPU (tools' default unless --pool-spin is

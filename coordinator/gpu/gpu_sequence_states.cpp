@@ -52,27 +52,29 @@ GpuSequenceStates::GpuSequenceStates(VramBudget& budget, const model::ModelConfi
   slots_.reserve(max_sequences);  // slots are handed out by reference
 }
 
-uint64_t GpuSequenceStates::estimate_bytes(const model::ModelConfig& c, int64_t n_ctx) {
-  uint64_t b = 0;
+uint64_t GpuSequenceStates::estimate_bytes(const model::ModelConfig& c, int64_t n_ctx,
+                                           const model::KvConfig& kv) {
+  uint64_t b = model::KvCache(c, std::max<int64_t>(n_ctx, 1), kv, model::KvStorage::None).bytes();
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    if (c.is_recurrent(l)) {
-      b += 2 * (conv_floats(c) + ssm_floats(c)) * sizeof(float);
-    } else {
-      b += static_cast<uint64_t>(c.n_head_kv[static_cast<size_t>(l)] *
-                                 (c.head_dim_k + c.head_dim_v)) *
-           2u * static_cast<uint64_t>(std::max<int64_t>(n_ctx, 1));
-    }
+    if (c.is_recurrent(l)) b += 2 * (conv_floats(c) + ssm_floats(c)) * sizeof(float);
   }
   return b;
 }
 
 GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache) {
-  const GgmlType kt = model::kv_ggml_type(cache.k_type());
-  const GgmlType vt = model::kv_ggml_type(cache.v_type());
-  for (GgmlType t : {kt, vt}) {
-    if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q8_0) {
-      throw Error("KV cache type " + ggml_type_label(static_cast<uint32_t>(t)) +
-                  " is not supported on the GPU (f32, f16, q8_0)");
+  std::vector<cuda::DeviceKvLayer> layout(static_cast<size_t>(cfg_.n_layer));
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    if (cfg_.is_recurrent(l)) continue;
+    cuda::DeviceKvLayer& d = layout[static_cast<size_t>(l)];
+    d.k_type = model::kv_ggml_type(cache.k_type(l));
+    d.v_type = model::kv_ggml_type(cache.v_type(l));
+    d.k_rot = cache.k_rotation(l);
+    d.v_rot = cache.v_rotation(l);
+    for (GgmlType t : {d.k_type, d.v_type}) {
+      if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q8_0 && t != GgmlType::Q4_0) {
+        throw Error("KV cache type " + ggml_type_label(static_cast<uint32_t>(t)) +
+                    " is not supported on the GPU (f32, f16, q8_0, q4_0)");
+      }
     }
   }
   ++clock_;
@@ -104,19 +106,22 @@ GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache)
   slot->past_ = 0;
   slot->zero_ = true;
   slot->last_use_ = clock_;
-  if (slot->layers_.empty() || cache.n_ctx() > slot->ctx_ || kt != slot->k_type_ ||
-      vt != slot->v_type_) {
-    allocate(*slot, cache, kt, vt);
+  const auto same = [](const cuda::DeviceKvLayer& a, const cuda::DeviceKvLayer& b) {
+    return a.k_type == b.k_type && a.v_type == b.v_type && a.k_rot == b.k_rot && a.v_rot == b.v_rot;
+  };
+  if (slot->layers_.empty() || cache.n_ctx() > slot->ctx_ ||
+      !std::equal(layout.begin(), layout.end(), slot->layout_.begin(), slot->layout_.end(), same)) {
+    allocate(*slot, cache, std::move(layout));
   }
   return *slot;
 }
 
-void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache, GgmlType kt, GgmlType vt) {
+void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache,
+                                 std::vector<cuda::DeviceKvLayer> layout) {
   ++s.generation_;    // even when an allocation below throws, the old addresses are gone
   s.layers_.clear();  // free before allocating, so the budget sees only the new size
   s.ctx_ = (cache.n_ctx() + 255) / 256 * 256;
-  s.k_type_ = kt;
-  s.v_type_ = vt;
+  s.layout_ = std::move(layout);
   s.layers_.resize(static_cast<size_t>(cfg_.n_layer));
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     Slot::Layer& L = s.layers_[static_cast<size_t>(l)];
@@ -130,13 +135,15 @@ void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache, GgmlType 
       }
       continue;
     }
+    const cuda::DeviceKvLayer& want = s.layout_[static_cast<size_t>(l)];
+    const GgmlType kt = want.k_type, vt = want.v_type;
     const int64_t hkv = cfg_.n_head_kv[static_cast<size_t>(l)];
     const int64_t ke = hkv * cfg_.head_dim_k, ve = hkv * cfg_.head_dim_v;
     const size_t kb = kv_row_bytes(kt, ke, "K"), vb = kv_row_bytes(vt, ve, "V");
     const auto rows = static_cast<size_t>(s.ctx_);
     L.k = budget_.allocate(kb * rows, VramUse::Kv, "K cache layer " + ls);
     L.v = budget_.allocate(vb * rows, VramUse::Kv, "V cache layer " + ls);
-    L.view = {kt, vt, L.k.get(), L.v.get(), kb, vb, ke, ve, s.ctx_};
+    L.view = {kt, vt, L.k.get(), L.v.get(), kb, vb, ke, ve, s.ctx_, want.k_rot, want.v_rot};
   }
 }
 

@@ -46,7 +46,7 @@ class GpuSequenceStates {
     int64_t past_ = 0;  // owner's n_past after our last forward on it
     uint64_t last_use_ = 0;
     int64_t ctx_ = 0;
-    GgmlType k_type_ = GgmlType::F16, v_type_ = GgmlType::F16;
+    std::vector<cuda::DeviceKvLayer> layout_;  // types and rotation per layer (no addresses)
     uint64_t generation_ = 0;
     int cur_ = 0;       // the committed recurrent buffer
     bool zero_ = true;  // the committed recurrent state is all zeros
@@ -57,16 +57,19 @@ class GpuSequenceStates {
 
   // The VRAM state of `cache`'s sequence. A cache at position 0 gets a slot (its own, a free one,
   // else the least recently used); a cache past 0 must be the one this object evaluated up to
-  // exactly there, else moe::Error. Throws for KV types the GPU kernels lack (f32/f16/q8_0 only).
+  // exactly there, else moe::Error. Throws for KV types the GPU kernels lack (f32, f16, q8_0 and
+  // q4_0 only). Types and rotation may differ per layer, as the cache says.
   Slot& acquire(const model::KvCache& cache);
   // After a forward succeeded: the slot is at `n_past` and the recurrent state it wrote is current.
   static void commit(Slot& slot, int64_t n_past);
 
-  // Bytes of one sequence's state at `n_ctx` positions with an f16 cache (pool auto-sizing).
-  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx);
+  // Bytes of one sequence's state at `n_ctx` positions with the cache types of `kv` (pool
+  // auto-sizing: a q4_0 cache leaves more VRAM to the experts).
+  static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx,
+                                 const model::KvConfig& kv);
 
  private:
-  void allocate(Slot& s, const model::KvCache& cache, GgmlType kt, GgmlType vt);
+  void allocate(Slot& s, const model::KvCache& cache, std::vector<cuda::DeviceKvLayer> layout);
 
   VramBudget& budget_;
   const model::ModelConfig& cfg_;

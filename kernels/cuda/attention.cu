@@ -21,7 +21,7 @@
 namespace moe::cuda {
 namespace {
 
-enum KvCode : int { kKvF32 = 0, kKvF16 = 1, kKvQ8_0 = 2 };
+enum KvCode : int { kKvF32 = 0, kKvF16 = 1, kKvQ8_0 = 2, kKvQ4_0 = 3 };
 
 constexpr int kAttnWarps = 8;  // queries per block
 constexpr int kMaxHeadDim = 256;
@@ -99,6 +99,41 @@ __device__ __forceinline__ void kv_store_q8_0(const KvStoreSide& s, int64_t n_to
   }
 }
 
+// Q4_0 rows: one warp per block of 32, as quantize_row_q4_0_ref: the signed value of largest
+// magnitude (the first one in index order on ties, as its loop) maps to -8, d = max / -8, q =
+// min(15, (int)(x / d + 8.5)); lane j < 16 packs q[j] | q[j + 16] << 4. Byte-identical to the CPU.
+__device__ __forceinline__ void kv_store_q4_0(const KvStoreSide& s, int64_t n_tokens,
+                                              int64_t pos0) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t blocks_per_row = s.elems / 32;
+  const int64_t n_blocks = n_tokens * blocks_per_row;
+  for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
+    const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
+    const float x = s.src[t * s.stride + b * 32 + lane];
+    float best = x, best_abs = fabsf(x);
+    int best_lane = lane;
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      const float o = __shfl_xor_sync(0xFFFFFFFFu, best, m);
+      const float oa = __shfl_xor_sync(0xFFFFFFFFu, best_abs, m);
+      const int ol = __shfl_xor_sync(0xFFFFFFFFu, best_lane, m);
+      if (oa > best_abs || (oa == best_abs && ol < best_lane)) {
+        best = o;
+        best_abs = oa;
+        best_lane = ol;
+      }
+    }
+    const float d = best / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    // Rounded multiply, then add (no fused multiply-add), as the CPU computes it.
+    const int q = min(15, static_cast<int>(__fadd_rn(__fmul_rn(x, id), 8.5f)));
+    const int hi = __shfl_down_sync(0xFFFFFFFFu, q, 16);
+    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * 18;
+    if (lane < 16) blk[2 + lane] = static_cast<uint8_t>(q | (hi << 4));
+    if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
+  }
+}
+
 // Grid: y = side (0: K, 1: V); x strides over that side's elements. One launch for both sides.
 __global__ void kv_store_kernel(KvStoreSide k, KvStoreSide v, int64_t n_tokens, int64_t pos0_host,
                                 const int32_t* device_pos0, int64_t n_ctx) {
@@ -107,6 +142,8 @@ __global__ void kv_store_kernel(KvStoreSide k, KvStoreSide v, int64_t n_tokens, 
   const KvStoreSide& s = blockIdx.y == 0 ? k : v;
   if (s.code == kKvQ8_0) {
     kv_store_q8_0(s, n_tokens, pos0);
+  } else if (s.code == kKvQ4_0) {
+    kv_store_q4_0(s, n_tokens, pos0);
   } else {
     kv_store_plain(s, n_tokens, pos0);
   }
@@ -139,9 +176,14 @@ __device__ __forceinline__ float kv_value(const uint8_t* row, int64_t idx) {
     return reinterpret_cast<const float*>(row)[idx];
   } else if constexpr (kCode == kKvF16) {
     return dq::ld_f16(row + 2 * idx);
-  } else {
+  } else if constexpr (kCode == kKvQ8_0) {
     const uint8_t* b = row + (idx / 32) * 34;
     return dq::int8_to_float(dq::ld_u8(b + 2 + idx % 32)) * dq::ld_f16(b);
+  } else {
+    const uint8_t* b = row + (idx / 32) * 18;
+    const int j = static_cast<int>(idx % 32);
+    const int byte = dq::ld_u8(b + 2 + (j & 15));
+    return static_cast<float>(((j < 16 ? byte : byte >> 4) & 15) - 8) * dq::ld_f16(b);
   }
 }
 
@@ -174,8 +216,10 @@ __device__ __forceinline__ void load_rows(int code, const uint8_t* base, size_t 
     load_rows_t<kKvF32>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvF16) {
     load_rows_t<kKvF16>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
-  } else {
+  } else if (code == kKvQ8_0) {
     load_rows_t<kKvQ8_0>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+  } else {
+    load_rows_t<kKvQ4_0>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
   }
 }
 
@@ -381,10 +425,12 @@ int kv_code(GgmlType t, const char* what) {
       return kKvF16;
     case GgmlType::Q8_0:
       return kKvQ8_0;
+    case GgmlType::Q4_0:
+      return kKvQ4_0;
     default:
       throw Error(std::string(what) + ": KV cache type " +
                   ggml_type_label(static_cast<uint32_t>(t)) +
-                  " is not supported on the GPU (f32, f16, q8_0)");
+                  " is not supported on the GPU (f32, f16, q8_0, q4_0)");
   }
 }
 

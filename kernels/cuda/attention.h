@@ -11,7 +11,9 @@
 namespace moe::cuda {
 
 // KV cache rows on the device, one layer: row p (position) at base + p * row_bytes, row_elems
-// values stored as F32, F16 or Q8_0 (type).
+// values stored as F32, F16, Q8_0 or Q4_0 (type). k_rot / v_rot: the Hadamard block K (and the
+// query) and V (and the attention output) are rotated in, 0 for none (cuda::hadamard_rows; the
+// caller rotates, attention() reads the rows as stored).
 struct DeviceKvLayer {
   GgmlType k_type, v_type;
   void* k;
@@ -19,11 +21,13 @@ struct DeviceKvLayer {
   size_t k_row_bytes, v_row_bytes;
   int64_t k_elems, v_elems;
   int64_t n_ctx;
+  int64_t k_rot = 0, v_rot = 0;
 };
 
 // Writes n_tokens f32 rows (k: [n_tokens, k_elems], v: [n_tokens, v_elems]) at positions pos0..
 // converting to the cache types (F16 round-to-nearest-even; Q8_0 as ggml's
-// quantize_row_q8_0_ref: d = amax/127, q = roundf(x * (1/d)), d stored fp16), byte-identical to
+// quantize_row_q8_0_ref: d = amax/127, q = roundf(x * (1/d)), d stored fp16; Q4_0 as
+// quantize_row_q4_0_ref), byte-identical to
 // coordinator/model/kv_cache.cpp. Throws moe::Error unless pos0 >= 0 and pos0 + n_tokens <= n_ctx.
 // With device_pos0 (a device int32) the positions start at the value it holds when the kernel
 // runs, so a captured CUDA graph serves every decode step; the host still validates `pos0` (the

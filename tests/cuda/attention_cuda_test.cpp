@@ -14,6 +14,7 @@
 #include "common/fp16.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/random_blocks.h"
 #include "kernels/cuda/attention.h"
 #include "tests/cuda/gpu_test_env.h"
@@ -21,19 +22,10 @@
 namespace moe::cuda {
 namespace {
 
-// The CPU cache's encoding of one row (coordinator/model/kv_cache.cpp).
+// The CPU cache's encoding of one row.
 std::vector<uint8_t> encode_row(GgmlType t, const float* x, int64_t n) {
   std::vector<uint8_t> out(static_cast<size_t>(*ggml_row_bytes(t, static_cast<uint64_t>(n))));
-  if (t == GgmlType::F32) {
-    std::memcpy(out.data(), x, static_cast<size_t>(n) * 4);
-  } else if (t == GgmlType::F16) {
-    for (int64_t i = 0; i < n; ++i) {
-      const uint16_t h = fp32_to_fp16(x[i]);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  } else {
-    cpu::quantize_act_row_ref(cpu::ActFormat::Q8_0, x, out.data(), n);
-  }
+  cpu::encode_kv_row(t, x, out.data(), n);
   return out;
 }
 
@@ -191,14 +183,15 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
   EXPECT_EQ(test::to_host<float>(dout3, static_cast<size_t>(out_n)), out);
 }
 
-constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0;
+constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0,
+                   Q4 = GgmlType::Q4_0;
 constexpr Shape kGqa4x2{4, 2, 64, 64}, kGqa16x2{16, 2, 128, 128}, kHead256{8, 1, 256, 256},
     kMixed{4, 4, 96, 64};
 
 std::vector<Param> params() {
   std::vector<Param> out;
-  for (const auto& [kt, vt] :
-       {std::pair{F32, F32}, std::pair{F16, F16}, std::pair{Q8, Q8}, std::pair{F16, Q8}}) {
+  for (const auto& [kt, vt] : {std::pair{F32, F32}, std::pair{F16, F16}, std::pair{Q8, Q8},
+                               std::pair{F16, Q8}, std::pair{Q4, Q4}, std::pair{Q4, Q8}}) {
     for (const Shape& s : {kGqa4x2, kGqa16x2}) {
       out.push_back({kt, vt, s, 7, 5});     // prefill after a short history
       out.push_back({kt, vt, s, 1, 2999});  // decode, 3000 positions: split + merge
@@ -209,6 +202,7 @@ std::vector<Param> params() {
   for (const Shape& s : {kHead256, kMixed}) {
     out.push_back({F16, F16, s, 7, 5});
     out.push_back({Q8, F32, s, 1, 2999});
+    out.push_back({Q4, Q4, s, 1, 2999});
   }
   out.push_back({F32, F32, kGqa4x2, 300, 40});  // a larger prefill: many query blocks
   return out;
@@ -245,7 +239,7 @@ TEST(AttentionCuda, StridedSourcesStoreTheSameBytes) {
   const int64_t n = 3, pos0 = 4;
   for (const auto& [kt, vt] :
        {std::pair{GgmlType::F32, GgmlType::F16}, std::pair{GgmlType::Q8_0, GgmlType::F32},
-        std::pair{GgmlType::F16, GgmlType::Q8_0}}) {
+        std::pair{GgmlType::F16, GgmlType::Q8_0}, std::pair{GgmlType::Q4_0, GgmlType::Q4_0}}) {
     Cache a = make_cache(kt, vt, s, 16), b = make_cache(kt, vt, s, 16);
     const int64_t ke = a.kv.k_elems, ve = a.kv.v_elems, q = s.n_head * s.hd_k;
     const int64_t stride = q + ke + ve;
@@ -291,10 +285,10 @@ TEST(AttentionCuda, RejectsBadArguments) {
                      "q_stride");
   test::expect_error([&] { attention(kv, nullptr, 256, 1, 0, 4, 2, 64, 64, 0.1f, f, nullptr); },
                      "null");
-  DeviceKvLayer q4 = kv;
-  q4.k_type = GgmlType::Q4_0;
-  q4.k_row_bytes = 18 * 4;
-  test::expect_error([&] { kv_store(q4, f, f, 1, 0, nullptr); }, "not supported on the GPU");
+  DeviceKvLayer q5 = kv;
+  q5.k_type = GgmlType::Q5_0;
+  q5.k_row_bytes = 22 * 4;
+  test::expect_error([&] { kv_store(q5, f, f, 1, 0, nullptr); }, "not supported on the GPU");
   DeviceKvLayer wide = kv;
   wide.k_elems = wide.v_elems = 2 * 512;
   wide.k_row_bytes = wide.v_row_bytes = 2 * 2 * 512;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "coordinator/gpu/gpu_options.h"
 #include "coordinator/model/model_arch.h"
@@ -45,6 +46,27 @@ inline GpuOptions options(const Placement& p) {
   o.moe_resident_mib = p.resident_mib;
   o.n_ctx = 512;
   return o;
+}
+
+// The cache configurations the GPU forwards are checked in against the CPU path (which
+// tests/model/golden_kv_test.cpp checks against llama.cpp): f16, q8_0 and q4_0 rotated (the
+// default), q4_0 not rotated, and the reference user's -ctk q4_0 -ctv q4_0 -ctv-first q8_0,1
+// -ctk-last f16,1 shape of per-layer types.
+struct KvCase {
+  const char* name;
+  KvConfig kv;
+};
+inline std::vector<KvCase> kv_cases() {
+  KvConfig norot = KvConfig::uniform(KvType::Q4_0, KvType::Q4_0);
+  norot.rotate = false;
+  KvConfig mixed = KvConfig::uniform(KvType::Q4_0, KvType::Q4_0);
+  mixed.v_first = KvConfig::Override{KvType::Q8_0, 1};
+  mixed.k_last = KvConfig::Override{KvType::F16, 1};
+  return {{"f16", KvConfig::uniform(KvType::F16, KvType::F16)},
+          {"q8_0", KvConfig::uniform(KvType::Q8_0, KvType::Q8_0)},
+          {"q4_0", KvConfig::uniform(KvType::Q4_0, KvType::Q4_0)},
+          {"q4_0 not rotated", norot},
+          {"q4_0, q8_0 V first, f16 K last", mixed}};
 }
 
 }  // namespace moe::test::gpu

@@ -113,16 +113,21 @@ TEST(GpuModel, QuantizedKvCacheMatchesCpu) {
   auto cpu = create_model_arch(file, pool);
   Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
   const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / "raw";
-  for (KvType kv : {KvType::F16, KvType::Q8_0}) {
-    SCOPED_TRACE(std::string(kv_type_name(kv)));
-    const std::vector<float> a = run_forced(*cpu, dir, kv);
-    const std::vector<float> b = run_forced(gpu, dir, kv);
+  const moe::test::Golden g = moe::test::load_golden(dir);
+  for (const moe::test::gpu::KvCase& c : moe::test::gpu::kv_cases()) {
+    SCOPED_TRACE(c.name);
+    const std::vector<float> a = run_forced(*cpu, g, c.kv);
+    const std::vector<float> b = run_forced(gpu, g, c.kv);
     Diff d;
     d.add(b.data(), a.data(), static_cast<int64_t>(a.size()));
-    std::printf("KV %s: GPU vs CPU max %.4f rms %.5f\n", std::string(kv_type_name(kv)).c_str(),
-                d.max, d.rms());
-    EXPECT_LE(d.max, 0.6);
-    EXPECT_LE(d.rms(), 0.1);
+    std::printf("KV %-32s GPU vs CPU max %.4f rms %.5f\n", c.name, d.max, d.rms());
+    // The GPU keeps activations in f32 where the CPU rounds them to Q8_0 / Q8_K (f16 cache:
+    // 0.33 / 0.06 apart on Q4_K_M); q4_0's steps turn those differences into whole rounding
+    // steps of the cache, measured up to 1.14 / 0.16, rotated or not. A missing or wrong rotation
+    // or decode moves logits by whole units.
+    const bool q4 = c.kv.k == KvType::Q4_0 || c.kv.v == KvType::Q4_0;
+    EXPECT_LE(d.max, q4 ? 1.5 : 0.6);
+    EXPECT_LE(d.rms(), q4 ? 0.25 : 0.1);
   }
 }
 
@@ -701,12 +706,8 @@ TEST(GpuModel, ClearErrors) {
   Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
   std::vector<float> logits(static_cast<size_t>(gpu.config().n_vocab));
   const std::vector<int32_t> toks = {1, 2, 3};
-  moe::test::expect_error(
-      [&] {
-        KvCache c = gpu.make_cache(16, KvType::Q4_0, KvType::Q4_0);
-        gpu.forward(toks, c, LogitsMode::Last, logits.data(), nullptr);
-      },
-      "not supported on the GPU");
+  // Every KvType the host cache knows (f32, f16, q8_0, q4_0) runs on the GPU too: the check in
+  // GpuSequenceStates::acquire guards the day a host-only type is added.
   // A cache advanced by another model has no K/V in VRAM.
   auto cpu = create_model_arch(file, pool);
   KvCache c = cpu->make_cache(16, KvType::F16, KvType::F16);

@@ -129,6 +129,30 @@ std::vector<float> last_logits(Qwen35MoeGpu& gpu, KvCache& cache, const std::vec
   return row;
 }
 
+// Quantized, rotated and per-layer KV caches on the gated attention layers (head size 256: K
+// rotated in blocks of 256, V in 64) give the CPU path's logits (whose caches are checked against
+// llama.cpp in tests/model/golden_kv_test.cpp), within the bounds of the f32-cache comparison.
+TEST(Qwen35Gpu, QuantizedKvCachesMatchCpu) {
+  REQUIRE_GPU();
+  const std::string m = any_model();
+  const auto file = moe::gguf::GgufFile::open(model_path(m).string());
+  moe::cpu::ThreadPool pool(2);
+  auto cpu = create_model_arch(file, pool);
+  Qwen35MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
+  const moe::test::Golden g = moe::test::load_golden(golden_dir(m, "chat"));
+  for (const moe::test::gpu::KvCase& c : moe::test::gpu::kv_cases()) {
+    SCOPED_TRACE(c.name);
+    const std::vector<float> a = run_forced(*cpu, g, c.kv);
+    const std::vector<float> b = run_forced(gpu, g, c.kv);
+    Diff d;
+    d.add(b.data(), a.data(), static_cast<int64_t>(a.size()));
+    std::printf("qwen35moe %s KV %-32s GPU vs CPU max %.4f rms %.5f\n", m.c_str(), c.name, d.max,
+                d.rms());
+    EXPECT_LE(d.max, m == "F16" ? 0.05 : 1.0);
+    EXPECT_LE(d.rms(), m == "F16" ? 0.01 : 0.2);
+  }
+}
+
 // The conv window and the DeltaNet state carry across batches exactly as within one batch.
 TEST(Qwen35Gpu, BatchEqualsChunksAndTokenByToken) {
   REQUIRE_GPU();
