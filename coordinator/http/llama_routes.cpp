@@ -102,6 +102,7 @@ Json props_body(const ServerFacts& facts, const server::ModelLimits& limits) {
               {"model_path", facts.model_path},
               {"chat_template", limits.chat_template ? limits.chat_template->source() : ""},
               {"modalities", Json{{"vision", false}, {"audio", false}}},
+              {"kv_cache", facts.kv_cache},
               {"build_info", "moe-runtime"}};
 }
 

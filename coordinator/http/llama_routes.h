@@ -27,7 +27,8 @@ struct ServerFacts {
   std::string model_id, model_path;
   int64_t n_ctx = 0;
   int slots = 1;
-  bool busy = false;  // a request is running
+  bool busy = false;     // a request is running
+  std::string kv_cache;  // types by layer, rotation, bytes
 };
 nlohmann::ordered_json props_body(const ServerFacts& facts, const server::ModelLimits& limits);
 nlohmann::ordered_json slots_body(const ServerFacts& facts);

@@ -51,6 +51,7 @@
 #include "coordinator/server/health_service.h"
 #include "coordinator/server/serving_state.h"
 #include "coordinator/tokenizer/tokenizer.h"
+#include "coordinator/tools/kv_cli.h"
 #include "coordinator/tools/llama_cli_args.h"
 #include "experts/cpu_expert_executor.h"
 #include "kernels/cpu/thread_pool.h"
@@ -66,7 +67,7 @@ struct Args {
   std::string placement = "auto";
   int threads = 0;  // coordinator threads; 0: the placement's
   int64_t n_ctx = 0;
-  std::string ctk = "f16", ctv = "f16";
+  tools::KvArgs kv;
   int64_t n_batch = 512;
   size_t queue_size = 16;
   std::string worker_bin;
@@ -316,6 +317,7 @@ std::unique_ptr<model::ModelArch> load_model(const Args& a, const gguf::GgufFile
   }
   gpu::GpuOptions gpu_opt = a.gpu;
   gpu_opt.n_ctx = n_ctx;
+  gpu_opt.kv = tools::kv_config(a.kv);
   std::string model_placement;
   auto model = gpu::create_model(
       file, pool, std::make_unique<engine::InstrumentedExperts>(std::move(experts), layer_stats),
@@ -333,8 +335,7 @@ engine::EngineOptions engine_options(const Args& a, int64_t n_ctx,
                                      engine::WorkerPoolExperts* workers, http::Metrics* metrics) {
   engine::EngineOptions eo;
   eo.n_ctx = n_ctx;
-  eo.k_type = model::parse_kv_type(a.ctk);
-  eo.v_type = model::parse_kv_type(a.ctv);
+  eo.kv = tools::kv_config(a.kv);
   eo.queue_capacity = a.queue_size;
   eo.n_batch = a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
   if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
@@ -420,6 +421,11 @@ int run(const Args& a, const std::string& worker_secret) {
 
   http::Metrics metrics;
   const engine::EngineOptions eo = engine_options(a, n_ctx, workers, &metrics);
+  // The cache's layout by layer, checked before anything is served (a type the head size cannot
+  // hold fails here, not at the first request).
+  state.kv_cache =
+      model::KvCache(model->config(), eo.n_ctx, eo.kv, model::KvStorage::None).describe();
+  log("KV cache: " + state.kv_cache);
   auto eng = std::make_unique<engine::Engine>(*model, tok, eo);
 
   state.limits = {&tok, tmpl ? &*tmpl : nullptr, eo.n_ctx};
@@ -474,10 +480,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("-c,--ctx-size", a.n_ctx, "context per sequence (default min(4096, trained))")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  app.add_option("--cache-type-k", a.ctk, "K cache type (-ctk): f32|f16|q8_0|q4_0")
-      ->check(CLI::IsMember(tools::kKvCacheTypes));
-  app.add_option("--cache-type-v", a.ctv, "V cache type (-ctv): f32|f16|q8_0|q4_0")
-      ->check(CLI::IsMember(tools::kKvCacheTypes));
+  tools::add_kv_options(app, a.kv);
   app.add_option("-b,--batch-size", a.n_batch, "prompt tokens per forward (default 512)")
       ->check(CLI::Range(int64_t{1}, int64_t{8192}));
   app.add_option("--queue-size", a.queue_size,
@@ -539,6 +542,7 @@ int main(int argc, char** argv) {
   try {
     check_listening(a);
     server::check_llama_server_flags(a.llama);
+    (void)tools::kv_config(a.kv);  // a bad -ctv-first TYPE,N fails before anything starts
     if (a.llama.moe_resident == "off") a.gpu.moe_resident_mib = 0;
     // Set before any thread exists (setenv is not thread-safe); the spawned workers inherit it.
     const std::string worker_secret = server::make_worker_secret();

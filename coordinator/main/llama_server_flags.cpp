@@ -70,13 +70,6 @@ void add_llama_server_flags(CLI::App& app, LlamaServerFlags& f) {
       ->group(kGroup);
   not_yet(app, f, "--context-shift", false,
           "context shifting is not implemented; a full context ends the generation");
-  for (const char* kv : {"--cache-type-k-first", "--cache-type-k-last", "--cache-type-v-first",
-                         "--cache-type-v-last"}) {
-    not_yet(app, f, kv, true, "per-layer KV cache types are not implemented yet");
-  }
-  for (const char* h : {"--k-cache-hadamard", "--v-cache-hadamard"}) {
-    not_yet(app, f, h, false, "Hadamard-rotated KV caches are not implemented yet");
-  }
 }
 
 void check_llama_server_flags(const LlamaServerFlags& f) {

@@ -16,6 +16,7 @@ struct ServingState {
   std::atomic<int> active_streams{0};  // Generate calls not yet returned
   ModelLimits limits;                  // valid once engine is set
   std::string model_name;
+  std::string kv_cache;  // KvCache::describe(): types by layer, rotation, bytes
   const engine::LayerStats* layers = nullptr;  // per-layer expert work; valid once engine is set
 };
 

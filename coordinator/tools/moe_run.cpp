@@ -18,6 +18,7 @@
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/tools/kv_cli.h"
 #include "coordinator/tools/llama_cli_args.h"
 #include "coordinator/tools/run_text.h"
 #include "kernels/cpu/thread_pool.h"
@@ -28,7 +29,7 @@ struct Args {
   std::string model;
   int threads = 0;
   int64_t n_ctx = 0;
-  std::string ctk = "f16", ctv = "f16";
+  moe::tools::KvArgs kv;
   std::string tokens_in, logits_out, tokens_out, force_dir;
   int64_t greedy = -1;
   // Text modes.
@@ -82,8 +83,7 @@ int run_text(const Args& a) {
   g.model = a.model;
   g.threads = resolve_threads(a.threads);
   g.n_ctx = a.n_ctx;
-  g.ctk = a.ctk;
-  g.ctv = a.ctv;
+  g.kv = a.kv;
   g.prompt = a.prompt;
   g.n_predict = a.n_predict;
   g.gpu = a.gpu;
@@ -99,12 +99,13 @@ int run(const Args& a) {
       moe::gpu::cpu_pool_threads(gpu, resolve_threads(a.threads)), {},
       gpu.n_gpu_layers > 0 ? moe::gpu::kGpuPoolSpin : moe::cpu::ThreadPool::kDefaultSpin);
   if (a.n_ctx > 0) gpu.n_ctx = a.n_ctx;
+  gpu.kv = moe::tools::kv_config(a.kv);
   std::string placement;
   auto model = moe::gpu::create_model(file, pool, nullptr, gpu, &placement);
   if (gpu.n_gpu_layers > 0) std::fprintf(stderr, "moe-run: %s\n", placement.c_str());
   const ModelConfig& cfg = model->config();
   const int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
-  KvCache cache = model->make_cache(n_ctx, parse_kv_type(a.ctk), parse_kv_type(a.ctv));
+  KvCache cache = model->make_cache(n_ctx, moe::tools::kv_config(a.kv));
 
   const std::vector<int32_t> prompt = read_raw<int32_t>(a.tokens_in);
   if (prompt.empty()) throw moe::Error(a.tokens_in + ": no tokens");
@@ -148,16 +149,12 @@ int main(int argc, char** argv) {
 
   CLI::App app{"Evaluate a MoE GGUF model: token ids, text generation or chat templates"};
   Args a;
-  const auto& kv_types = moe::tools::kKvCacheTypes;
   app.add_option("-m,--model", a.model, "GGUF model file")->required();
   app.add_option("-t,--threads", a.threads, "threads (default: hardware threads)")
       ->check(CLI::Range(1, 1024));
   app.add_option("-c,--ctx-size", a.n_ctx, "context length (default: min(4096, n_ctx_train))")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  app.add_option("--cache-type-k", a.ctk, "K cache type (-ctk): f32|f16|q8_0|q4_0")
-      ->check(CLI::IsMember(kv_types));
-  app.add_option("--cache-type-v", a.ctv, "V cache type (-ctv): f32|f16|q8_0|q4_0")
-      ->check(CLI::IsMember(kv_types));
+  moe::tools::add_kv_options(app, a.kv);
   auto* tokens_in = app.add_option("--tokens-in", a.tokens_in, "prompt token ids (raw int32)");
   auto* prompt = app.add_option("-p,--prompt", a.prompt, "generate text after this prompt");
   auto* apply = app.add_option("--apply-template", a.apply_template,

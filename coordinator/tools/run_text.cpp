@@ -108,6 +108,7 @@ int run_generate(const GenerateArgs& a) {
       moe::gpu::cpu_pool_threads(gpu, a.threads), {},
       gpu.n_gpu_layers > 0 ? moe::gpu::kGpuPoolSpin : moe::cpu::ThreadPool::kDefaultSpin);
   if (a.n_ctx > 0) gpu.n_ctx = a.n_ctx;
+  gpu.kv = kv_config(a.kv);
   std::string placement;
   auto model = moe::gpu::create_model(file, pool, nullptr, gpu, &placement);
   if (gpu.n_gpu_layers > 0) std::fprintf(stderr, "%s\n", placement.c_str());
@@ -122,7 +123,7 @@ int run_generate(const GenerateArgs& a) {
     throw moe::Error("the prompt has " + std::to_string(n_prompt) +
                      " tokens, more than the context (" + std::to_string(n_ctx) + ")");
   }
-  KvCache cache = model->make_cache(n_ctx, parse_kv_type(a.ctk), parse_kv_type(a.ctv));
+  KvCache cache = model->make_cache(n_ctx, kv_config(a.kv));
   // The last chosen token is not decoded, so n tokens need n_prompt + n - 1 positions.
   const int64_t room = n_ctx - n_prompt + 1;
   const int64_t n_steps = a.n_predict < 0 ? room : std::min(a.n_predict, room);

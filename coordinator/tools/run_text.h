@@ -9,6 +9,7 @@
 
 #include "coordinator/gpu/gpu_options.h"
 #include "coordinator/sampling/sampler_params.h"
+#include "coordinator/tools/kv_cli.h"
 
 namespace moe::tools {
 
@@ -30,7 +31,7 @@ struct GenerateArgs {
   std::string model;
   int threads = 1;
   int64_t n_ctx = 0;  // 0 = min(4096, n_ctx_train), at least prompt + n_predict
-  std::string ctk = "f16", ctv = "f16";
+  KvArgs kv;
   std::string prompt;
   int64_t n_predict = -1;  // -1 = until the context is full
   moe::sampling::SamplingParams sampling;

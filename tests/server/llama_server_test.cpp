@@ -63,6 +63,10 @@ TEST(LlamaRoutes, TokenizeDetokenizeTemplatePropsSlotsAndAlias) {
   EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 512);
   EXPECT_EQ(props["total_slots"], 1);
   EXPECT_EQ(props["model_alias"], "hz");
+  // The default cache: f16 everywhere, nothing rotated.
+  const std::string default_kv = props["kv_cache"];
+  EXPECT_NE(default_kv.find("K f16 V f16"), std::string::npos) << default_kv;
+  EXPECT_EQ(default_kv.find("rotated"), std::string::npos) << default_kv;
   EXPECT_NE(props["chat_template"].get<std::string>().find("im_start"), std::string::npos);
   const json slots = json::parse(curl("GET", base + "/slots").body);
   ASSERT_EQ(slots.size(), 1u);
@@ -88,7 +92,7 @@ TEST(LlamaRoutes, TokenizeDetokenizeTemplatePropsSlotsAndAlias) {
 }
 
 // The reference user's llama-server command line (issue 27), run by scripts/moe-server with the
-// model and ports aside and without the KV-cache flags that do not exist yet: it starts on a
+// model, the ports and the context size aside: it starts on a
 // machine without a GPU (-ngl warns and runs on the CPU), serves a streamed chat on --port (HTTP,
 // as llama-server), and its sampling flags are the server's defaults (-n caps a request that sets
 // no limit; a request's own value wins).
@@ -110,6 +114,10 @@ TEST(LlamaServerCommand, ReferenceCommandServesWithItsDefaults) {
        "q4_0",
        "-ctv",
        "q4_0",
+       "-ctv-first",
+       "q8_0,4",
+       "-ctv-last",
+       "q8_0,4",
        "-cmoe",
        "-b",
        "3072",
@@ -140,6 +148,8 @@ TEST(LlamaServerCommand, ReferenceCommandServesWithItsDefaults) {
        "auto",
        "--moe-resident-mib",
        "1024",
+       "--k-cache-hadamard",
+       "--v-cache-hadamard",
        "--moe-resident-profiler",
        "old",
        "--moe-resident-grouping",
@@ -174,6 +184,11 @@ TEST(LlamaServerCommand, ReferenceCommandServesWithItsDefaults) {
   const HttpReply own = curl("POST", base + "/v1/chat/completions", chat + R"(,"max_tokens":2})");
   EXPECT_NE(own.body.find(R"("completion_tokens":2)"), std::string::npos) << own.body;
   EXPECT_EQ(json::parse(curl("GET", base + "/v1/models").body)["data"][0]["id"], "hz");
+  // -ctk q4_0 -ctv q4_0 with the first and last 4 attention layers' V in q8_0 (the shared model
+  // has 3: all of them), rotated.
+  const std::string kv = json::parse(curl("GET", base + "/props").body)["kv_cache"];
+  EXPECT_NE(kv.find("K q4_0 V q8_0"), std::string::npos) << kv;
+  EXPECT_NE(kv.find("Hadamard-rotated"), std::string::npos) << kv;
   ::kill(server.pid(), SIGTERM);
   ASSERT_TRUE(server.wait_for(std::chrono::seconds(20)));
   EXPECT_EQ(server.exit_code(), 0);
@@ -184,8 +199,8 @@ TEST(LlamaServerCommand, FlagsOfMissingFeaturesAreRefusedClearly) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"-np", "2"}, "parallel slots are not implemented"},
       {{"--context-shift"}, "context shifting is not implemented"},
-      {{"-ctv-first", "q8_0,4"}, "per-layer KV cache types"},
-      {{"--k-cache-hadamard"}, "Hadamard"},
+      {{"-ctv-first", "q8_0"}, "-ctv-first 'q8_0': expected TYPE,N"},
+      {{"--no-kv-rotation", "--k-cache-hadamard"}, "--no-kv-rotation contradicts"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> argv = {kBinDir + "/moe-coordinator",
