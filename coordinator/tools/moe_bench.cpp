@@ -25,6 +25,7 @@
 #include "coordinator/gpu/model_factory.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/tools/kv_cli.h"
 #include "coordinator/tools/llama_cli_args.h"
 #include "experts/remote_expert_executor.h"
 #include "kernels/cpu/thread_pool.h"
@@ -38,10 +39,11 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string model;
   int64_t n_prompt = 512, n_gen = 128;
+  std::vector<int64_t> depths = {0};  // -d: tokens already in the cache before each test
   int threads = 0;
   int reps = 5;
   std::string output = "md";
-  std::string ctk = "f16", ctv = "f16";
+  moe::tools::KvArgs kv;
   std::string experts = "inproc";  // inproc | process
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
@@ -52,7 +54,7 @@ struct Args {
 
 struct Result {
   std::string test;
-  int64_t n_prompt = 0, n_gen = 0;
+  int64_t n_prompt = 0, n_gen = 0, depth = 0;
   std::vector<double> samples_ts;
   double median = 0, mean = 0, stddev = 0;
 };
@@ -118,6 +120,62 @@ std::unique_ptr<ExpertExecutor> start_worker(const Args& a, const moe::gguf::Ggu
   return std::make_unique<RemoteExpertExecutor>(o);
 }
 
+// pp and tg at every depth, llama-bench's way: a warm-up, then `reps` timed repetitions.
+std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a) {
+  std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
+  std::mt19937 rng(1234);  // fixed seed: the same token ids every run
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(model.config().n_vocab) - 1);
+
+  std::vector<Result> results;
+  // llama-bench's depth: the cache holds `depth` tokens (evaluated untimed, in batches of 512)
+  // before each timed repetition.
+  const auto fill = [&](int64_t depth) {
+    cache.clear();
+    std::vector<int32_t> chunk;
+    for (int64_t done = 0; done < depth; done += static_cast<int64_t>(chunk.size())) {
+      chunk.resize(static_cast<size_t>(std::min<int64_t>(512, depth - done)));
+      for (auto& tok : chunk) tok = dist(rng);
+      model.forward(chunk, cache, LogitsMode::Last, logits.data());
+    }
+  };
+  const auto suffix = [](int64_t depth) {
+    return depth > 0 ? " @ d" + std::to_string(depth) : std::string();
+  };
+  for (const int64_t depth : a.depths) {
+    if (a.n_prompt > 0) {
+      Result r{
+          "pp" + std::to_string(a.n_prompt) + suffix(depth), a.n_prompt, 0, depth, {}, 0, 0, 0};
+      std::vector<int32_t> tokens(static_cast<size_t>(a.n_prompt));
+      for (auto& t : tokens) t = dist(rng);
+      for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up
+        fill(depth);
+        const auto t0 = Clock::now();
+        model.forward(tokens, cache, LogitsMode::Last, logits.data());
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_prompt) / s);
+      }
+      summarize(r);
+      results.push_back(std::move(r));
+    }
+    if (a.n_gen > 0) {
+      Result r{"tg" + std::to_string(a.n_gen) + suffix(depth), 0, a.n_gen, depth, {}, 0, 0, 0};
+      for (int rep = -1; rep < a.reps; ++rep) {
+        fill(depth);
+        const auto t0 = Clock::now();
+        for (int64_t i = 0; i < a.n_gen; ++i) {
+          const int32_t tok = dist(rng);  // new ids in every repetition too
+          model.forward(std::span<const int32_t>(&tok, 1), cache, LogitsMode::Last, logits.data());
+        }
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_gen) / s);
+      }
+      summarize(r);
+      results.push_back(std::move(r));
+    }
+  }
+  return results;
+}
+
 int run(const Args& a) {
   const auto file =
       moe::gguf::GgufFile::open(a.model, a.mmap && !a.gpu.no_mmap ? moe::gguf::LoadMode::Mapped
@@ -141,53 +199,21 @@ int run(const Args& a) {
   if (a.experts == "process") experts = start_worker(a, file, threads, share_cores);
   moe::cpu::ThreadPool pool(moe::gpu::cpu_pool_threads(a.gpu, threads), {}, a.pool_spin);
   moe::gpu::GpuOptions gpu = a.gpu;
-  gpu.n_ctx = std::max<int64_t>(1, a.n_prompt + a.n_gen);
+  const int64_t max_depth = *std::max_element(a.depths.begin(), a.depths.end());
+  gpu.n_ctx = std::max<int64_t>(1, max_depth + a.n_prompt + a.n_gen);
+  gpu.kv = moe::tools::kv_config(a.kv);
   std::string placement;
   auto model = moe::gpu::create_model(file, pool, std::move(experts), gpu, &placement);
   std::fprintf(stderr, "moe-bench: %s\n", placement.c_str());
   const std::string backend = a.gpu.n_gpu_layers > 0 ? "CUDA" : "CPU";
-  const ModelConfig& cfg = model->config();
   uint64_t bytes = 0, params = 0;
   for (const auto& t : file.tensors()) {
     bytes += t.n_bytes;
     params += static_cast<uint64_t>(t.n_elements());
   }
-  const int64_t n_ctx = std::max<int64_t>(1, a.n_prompt + a.n_gen);
-  KvCache cache = model->make_cache(n_ctx, parse_kv_type(a.ctk), parse_kv_type(a.ctv));
-  std::vector<float> logits(static_cast<size_t>(cfg.n_vocab));
-  std::mt19937 rng(1234);  // fixed seed: the same token ids every run
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(cfg.n_vocab) - 1);
-
-  std::vector<Result> results;
-  if (a.n_prompt > 0) {
-    Result r{"pp" + std::to_string(a.n_prompt), a.n_prompt, 0, {}, 0, 0, 0};
-    std::vector<int32_t> tokens(static_cast<size_t>(a.n_prompt));
-    for (auto& t : tokens) t = dist(rng);
-    for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up
-      cache.clear();
-      const auto t0 = Clock::now();
-      model->forward(tokens, cache, LogitsMode::Last, logits.data());
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_prompt) / s);
-    }
-    summarize(r);
-    results.push_back(std::move(r));
-  }
-  if (a.n_gen > 0) {
-    Result r{"tg" + std::to_string(a.n_gen), 0, a.n_gen, {}, 0, 0, 0};
-    for (int rep = -1; rep < a.reps; ++rep) {
-      cache.clear();
-      const auto t0 = Clock::now();
-      for (int64_t i = 0; i < a.n_gen; ++i) {
-        const int32_t tok = dist(rng);  // new ids in every repetition too
-        model->forward(std::span<const int32_t>(&tok, 1), cache, LogitsMode::Last, logits.data());
-      }
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_gen) / s);
-    }
-    summarize(r);
-    results.push_back(std::move(r));
-  }
+  const int64_t n_ctx = gpu.n_ctx;
+  KvCache cache = model->make_cache(n_ctx, moe::tools::kv_config(a.kv));
+  const std::vector<Result> results = measure(*model, cache, a);
 
   if (const std::string st = model->runtime_stats(); !st.empty()) {
     std::fprintf(stderr, "moe-bench: %s\n", st.c_str());
@@ -216,10 +242,11 @@ int run(const Args& a) {
                      {"backend", backend},
                      {"n_gpu_layers", a.gpu.n_gpu_layers},
                      {"n_threads", threads},
-                     {"type_k", a.ctk},
-                     {"type_v", a.ctv},
+                     {"type_k", a.kv.ctk},
+                     {"type_v", a.kv.ctv},
                      {"n_prompt", r.n_prompt},
                      {"n_gen", r.n_gen},
+                     {"n_depth", r.depth},
                      {"test", r.test},
                      {"avg_ts", r.mean},
                      {"median_ts", r.median},
@@ -248,11 +275,14 @@ int main(int argc, char** argv) {
 
   CLI::App app{"Measure prompt processing and generation speed of a MoE GGUF model"};
   Args a;
-  const auto& kv_types = moe::tools::kKvCacheTypes;
   app.add_option("-m,--model", a.model, "GGUF model file")->required();
   app.add_option("-p,--n-prompt", a.n_prompt, "prompt tokens (pp test; 0: skip)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("-n,--n-gen", a.n_gen, "generated tokens (tg test; 0: skip)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("-d,--n-depth", a.depths,
+                 "tokens already in the cache before each test, as llama-bench (e.g. -d 0,8192)")
+      ->delimiter(',')
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("-t,--threads", a.threads, "threads (default: hardware threads)")
       ->check(CLI::Range(1, 1024));
@@ -260,8 +290,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_option("-o,--output", a.output, "output format: md|json")
       ->check(CLI::IsMember({"md", "json"}));
-  app.add_option("--cache-type-k", a.ctk, "K cache type (-ctk)")->check(CLI::IsMember(kv_types));
-  app.add_option("--cache-type-v", a.ctv, "V cache type (-ctv)")->check(CLI::IsMember(kv_types));
+  moe::tools::add_kv_options(app, a.kv);
   app.add_option("--experts", a.experts, "where routed experts run: inproc|process")
       ->check(CLI::IsMember({"inproc", "process"}));
   app.add_option("--mmap", a.mmap,

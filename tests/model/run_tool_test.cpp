@@ -243,6 +243,18 @@ TEST(RunTool, BenchPrintsTableAndJson) {
   EXPECT_NE(loaded.out.find("model read into memory"), std::string::npos) << loaded.out;
   EXPECT_NE(loaded.out.find("| tg4 | "), std::string::npos) << loaded.out;
   EXPECT_NE(run(bench + " -mmp 2", true).rc, 0);
+  // -d: llama-bench's depth, a test per depth with the cache filled first; quantized, per-layer
+  // and rotated caches through the shared KV flags.
+  const Proc deep = run(bench + " -d 0,40 -ctk q4_0 -ctv q4_0 -ctv-first q8_0,1 -o json");
+  ASSERT_EQ(deep.rc, 0) << deep.out;
+  const auto d = nlohmann::json::parse(deep.out);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[2].at("test"), "pp16 @ d40");
+  EXPECT_EQ(d[3].at("test"), "tg4 @ d40");
+  EXPECT_EQ(d[3].at("n_depth"), 40);
+  EXPECT_GT(d[3].at("median_ts").get<double>(), 0.0);
+  EXPECT_NE(run(bench + " -d -5", true).rc, 0);
+  EXPECT_NE(run(bench + " -ctv-first q8_0", true).rc, 0);
 }
 
 }  // namespace
