@@ -255,7 +255,11 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
                                 .first -
                             slot_.tokens.begin());
     reuse = std::min<int64_t>(static_cast<int64_t>(common), n_prompt - 1);
-    if (!cache.can_truncate_to(reuse)) reuse = 0;  // a recurrent state: all of it or nothing
+    if (!cache.can_truncate_to(reuse)) {
+      // A recurrent state cannot be rewound: back to the checkpoint if it lies in the prefix.
+      const int64_t c = cache.checkpoint_pos();
+      reuse = c >= 0 && c <= reuse && model_.restore_checkpoint(cache) ? c : 0;
+    }
   }
   cache.truncate(reuse);
   slot_.tokens.resize(static_cast<size_t>(reuse));
@@ -270,14 +274,20 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
 
   // The rest of the prompt in batches, checking for cancellation and serving probes between
   // them.
-  for (int64_t i = reuse; i < n_prompt; i += opt_.n_batch) {
+  // A hybrid model keeps a checkpoint just before the prompt's last token: a later prompt that
+  // shares this one (a chat's next turn, the same prompt again) resumes there.
+  const bool hybrid = model_.config().has_recurrent();
+  for (int64_t i = reuse; i < n_prompt;) {
     check();
-    const int64_t n = std::min(opt_.n_batch, n_prompt - i);
+    const int64_t end = hybrid && i < n_prompt - 1 ? n_prompt - 1 : n_prompt;
+    const int64_t n = std::min(opt_.n_batch, end - i);
     model_.forward(std::span<const int32_t>(req.prompt.data() + i, static_cast<size_t>(n)), cache,
                    model::LogitsMode::Last, logits_.data());
     slot_.tokens.insert(slot_.tokens.end(), req.prompt.begin() + i, req.prompt.begin() + i + n);
-    progress->prompt_tokens = i + n - reuse;
-    if (i + n < n_prompt) run_probes();
+    i += n;
+    progress->prompt_tokens = i - reuse;
+    if (hybrid && i == n_prompt - 1 && cache.checkpoint_pos() != i) model_.save_checkpoint(cache);
+    if (i < n_prompt) run_probes();
   }
   const Clock::time_point t_prompt = Clock::now();
 

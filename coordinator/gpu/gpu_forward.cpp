@@ -95,6 +95,19 @@ void GpuForward::forward(std::span<const int32_t> tokens, model::KvCache& cache,
   experts_->after_forward();
 }
 
+void GpuForward::save_checkpoint(model::KvCache& cache) {
+  seqs_.save_checkpoint(cache, stream_);
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cache.save_checkpoint();
+}
+
+bool GpuForward::restore_checkpoint(model::KvCache& cache) {
+  if (!seqs_.restore_checkpoint(cache, stream_)) return false;
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cache.restore_checkpoint();
+  return true;
+}
+
 std::string GpuForward::describe() const {
   return "GPU " + std::to_string(opt_.device) + " " + device_name_ + ": " + dense_summary() +
          " of all " + std::to_string(cfg_.n_layer) + " layers in VRAM; " + experts_->summary() +

@@ -35,6 +35,10 @@ class GpuForward : public model::ModelArch {
   void forward(std::span<const int32_t> tokens, model::KvCache& cache, model::LogitsMode mode,
                float* logits, const model::ForwardHooks* hooks) final;
 
+  // The prompt cache's checkpoints: the recurrent state is copied aside in VRAM.
+  void save_checkpoint(model::KvCache& cache) override;
+  bool restore_checkpoint(model::KvCache& cache) override;
+
   // Device, VRAM use by kind and where the experts live: printed at start.
   std::string describe() const;
   std::string runtime_stats() const override { return experts_->stats(); }

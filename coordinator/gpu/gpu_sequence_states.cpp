@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace moe::gpu {
 namespace {
@@ -56,7 +57,8 @@ uint64_t GpuSequenceStates::estimate_bytes(const model::ModelConfig& c, int64_t 
                                            const model::KvConfig& kv) {
   uint64_t b = model::KvCache(c, std::max<int64_t>(n_ctx, 1), kv, model::KvStorage::None).bytes();
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    if (c.is_recurrent(l)) b += 2 * (conv_floats(c) + ssm_floats(c)) * sizeof(float);
+    // Double buffered, and one more copy for the prompt cache's checkpoint.
+    if (c.is_recurrent(l)) b += 3 * (conv_floats(c) + ssm_floats(c)) * sizeof(float);
   }
   return b;
 }
@@ -105,6 +107,7 @@ GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache)
   slot->owner_ = &cache;
   slot->past_ = 0;
   slot->zero_ = true;
+  slot->ckpt_pos_ = -1;  // a new sequence (or this one from the start): the old checkpoint is moot
   slot->last_use_ = clock_;
   const auto same = [](const cuda::DeviceKvLayer& a, const cuda::DeviceKvLayer& b) {
     return a.k_type == b.k_type && a.v_type == b.v_type && a.k_rot == b.k_rot && a.v_rot == b.v_rot;
@@ -145,6 +148,58 @@ void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache,
     L.v = budget_.allocate(vb * rows, VramUse::Kv, "V cache layer " + ls);
     L.view = {kt, vt, L.k.get(), L.v.get(), kb, vb, ke, ve, s.ctx_, want.k_rot, want.v_rot};
   }
+}
+
+void GpuSequenceStates::save_checkpoint(const model::KvCache& cache, cudaStream_t stream) {
+  Slot* s = nullptr;
+  for (Slot& c : slots_) {
+    if (c.owner_ == &cache && c.past_ == cache.n_past()) s = &c;
+  }
+  if (!s) throw Error("GPU model: no state in VRAM to checkpoint for this sequence");
+  const size_t conv_bytes = conv_floats(cfg_) * sizeof(float);
+  const size_t ssm_bytes = ssm_floats(cfg_) * sizeof(float);
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    Slot::Layer& L = s->layers_[static_cast<size_t>(l)];
+    if (!cfg_.is_recurrent(l)) continue;
+    const std::string ls = std::to_string(l);
+    if (!L.ckpt_conv) {
+      L.ckpt_conv = budget_.allocate(conv_bytes, VramUse::Kv, "conv checkpoint layer " + ls);
+      L.ckpt_ssm = budget_.allocate(ssm_bytes, VramUse::Kv, "DeltaNet checkpoint layer " + ls);
+    }
+    if (s->zero_) continue;  // the zero state needs no copy
+    MOE_CUDA_CHECK(cudaMemcpyAsync(L.ckpt_conv.get(), L.conv[s->cur_].get(), conv_bytes,
+                                   cudaMemcpyDeviceToDevice, stream));
+    MOE_CUDA_CHECK(cudaMemcpyAsync(L.ckpt_ssm.get(), L.ssm[s->cur_].get(), ssm_bytes,
+                                   cudaMemcpyDeviceToDevice, stream));
+  }
+  s->ckpt_pos_ = s->past_;
+  s->ckpt_zero_ = s->zero_;
+  s->ckpt_generation_ = s->generation_;
+}
+
+bool GpuSequenceStates::restore_checkpoint(const model::KvCache& cache, cudaStream_t stream) {
+  Slot* s = nullptr;
+  for (Slot& c : slots_) {
+    if (c.owner_ == &cache) s = &c;
+  }
+  // The checkpoint must be this cache's and its rows before it untouched since (same buffers).
+  if (!s || s->ckpt_pos_ < 0 || s->ckpt_pos_ != cache.checkpoint_pos() || s->ckpt_pos_ > s->past_ ||
+      s->ckpt_generation_ != s->generation_) {
+    return false;
+  }
+  const size_t conv_bytes = conv_floats(cfg_) * sizeof(float);
+  const size_t ssm_bytes = ssm_floats(cfg_) * sizeof(float);
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    Slot::Layer& L = s->layers_[static_cast<size_t>(l)];
+    if (!cfg_.is_recurrent(l) || s->ckpt_zero_) continue;
+    MOE_CUDA_CHECK(cudaMemcpyAsync(L.conv[s->cur_].get(), L.ckpt_conv.get(), conv_bytes,
+                                   cudaMemcpyDeviceToDevice, stream));
+    MOE_CUDA_CHECK(cudaMemcpyAsync(L.ssm[s->cur_].get(), L.ckpt_ssm.get(), ssm_bytes,
+                                   cudaMemcpyDeviceToDevice, stream));
+  }
+  s->zero_ = s->ckpt_zero_;
+  s->past_ = s->ckpt_pos_;
+  return true;
 }
 
 void GpuSequenceStates::commit(Slot& s, int64_t n_past) {

@@ -7,6 +7,8 @@
 // batch succeeded makes it current, so a forward that throws leaves the sequence as it was.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -40,7 +42,8 @@ class GpuSequenceStates {
     struct Layer {
       VramBuffer k, v;
       cuda::DeviceKvLayer view{};
-      VramBuffer conv[2], ssm[2];  // recurrent layers only
+      VramBuffer conv[2], ssm[2];      // recurrent layers only
+      VramBuffer ckpt_conv, ckpt_ssm;  // the checkpoint's copy, allocated at the first one
     };
     const model::KvCache* owner_ = nullptr;
     int64_t past_ = 0;  // owner's n_past after our last forward on it
@@ -51,6 +54,9 @@ class GpuSequenceStates {
     int cur_ = 0;       // the committed recurrent buffer
     bool zero_ = true;  // the committed recurrent state is all zeros
     std::vector<Layer> layers_;
+    int64_t ckpt_pos_ = -1;  // -1: no checkpoint
+    bool ckpt_zero_ = true;
+    uint64_t ckpt_generation_ = 0;
   };
 
   GpuSequenceStates(VramBudget& budget, const model::ModelConfig& cfg, size_t max_sequences);
@@ -62,6 +68,14 @@ class GpuSequenceStates {
   Slot& acquire(const model::KvCache& cache);
   // After a forward succeeded: the slot is at `n_past` and the recurrent state it wrote is current.
   static void commit(Slot& slot, int64_t n_past);
+
+  // The prompt cache's checkpoint (KvCache::save_checkpoint): the recurrent state of `cache`'s
+  // sequence at its current position copied aside in VRAM, enqueued on `stream`. K/V rows need no
+  // copy: rows past a position are written again. moe::Error if the sequence is not here.
+  void save_checkpoint(const model::KvCache& cache, cudaStream_t stream);
+  // Copies it back and puts the slot at the checkpoint's position; false when the sequence's slot
+  // went to another cache or was reallocated since (the caller starts from scratch).
+  bool restore_checkpoint(const model::KvCache& cache, cudaStream_t stream);
 
   // Bytes of one sequence's state at `n_ctx` positions with the cache types of `kv` (pool
   // auto-sizing: a q4_0 cache leaves more VRAM to the experts).

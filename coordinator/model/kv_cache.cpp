@@ -189,6 +189,20 @@ void KvCache::truncate(int64_t n) {
     return;
   }
   n_past_ = n;
+  if (checkpoint_pos_ > n) checkpoint_pos_ = -1;
+}
+
+void KvCache::save_checkpoint() {
+  checkpoint_pos_ = n_past_;
+  if (storage_ == KvStorage::Host) rs_.save(checkpoint_);
+}
+
+void KvCache::restore_checkpoint() {
+  if (checkpoint_pos_ < 0 || checkpoint_pos_ > n_past_) {
+    throw Error("KV cache: no checkpoint to go back to");
+  }
+  if (storage_ == KvStorage::Host) rs_.restore(checkpoint_);
+  n_past_ = checkpoint_pos_;
 }
 
 void KvCache::require_host(const char* what) const {

@@ -109,6 +109,7 @@ class KvCache {
   // Forgets every position and resets the recurrent state to zero (the storage is kept).
   void clear() {
     n_past_ = 0;
+    checkpoint_pos_ = -1;
     rs_.reset();
   }
   // Whether truncate(n) may keep the first n positions: attention K/V rows past n are simply
@@ -119,6 +120,16 @@ class KvCache {
   }
   // Keeps positions [0, n) (the prompt cache's common prefix); moe::Error unless can_truncate_to.
   void truncate(int64_t n);
+
+  // A checkpoint of the sequence at n_past() (the prompt cache of a hybrid model, whose recurrent
+  // state cannot be rewound): with host storage the recurrent state is copied here; a GPU model
+  // keeps its copy in VRAM and this records the position. Replaces the previous checkpoint.
+  void save_checkpoint();
+  // The checkpoint's position, or -1 (none, or lost to a truncation before it).
+  int64_t checkpoint_pos() const { return checkpoint_pos_; }
+  // Back to the checkpoint: n_past() becomes its position and (host storage) the recurrent state
+  // its copy; moe::Error without a checkpoint.
+  void restore_checkpoint();
 
  private:
   void require_host(const char* what) const;  // throws for KvStorage::None
@@ -135,7 +146,9 @@ class KvCache {
   int64_t first_attention_ = 0;
   KvStorage storage_;
   std::vector<float> rotated_;  // store()'s rotated copy of a row
-  bool recurrent_ = false;      // the model has recurrent layers (wherever their state lives)
+  int64_t checkpoint_pos_ = -1;
+  RecurrentState::Snapshot checkpoint_;
+  bool recurrent_ = false;  // the model has recurrent layers (wherever their state lives)
   std::vector<Layer> layers_;
   RecurrentState rs_;
 };

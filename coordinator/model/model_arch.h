@@ -70,6 +70,14 @@ class ModelArch {
   KvCache make_cache(int64_t n_ctx, KvType k_type, KvType v_type) const {
     return make_cache(n_ctx, KvConfig::uniform(k_type, v_type));
   }
+  // The prompt cache's checkpoints of a hybrid model's sequence (KvCache::save_checkpoint): a GPU
+  // forward copies its VRAM state too. restore_checkpoint returns false when the state is gone
+  // (a GPU forward's slot went to another sequence); the cache is then unchanged.
+  virtual void save_checkpoint(KvCache& cache) { cache.save_checkpoint(); }
+  virtual bool restore_checkpoint(KvCache& cache) {
+    cache.restore_checkpoint();
+    return true;
+  }
   // Where this forward keeps sequence state: GPU forwards keep it in VRAM (KvStorage::None).
   virtual KvStorage cache_storage() const { return KvStorage::Host; }
   // One line on where the work ran since start (GPU forwards: expert items on VRAM copies, over

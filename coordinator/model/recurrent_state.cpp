@@ -1,5 +1,6 @@
 #include "coordinator/model/recurrent_state.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/error.h"
@@ -37,6 +38,35 @@ RecurrentState::LayerView RecurrentState::layer(int64_t layer) {
   v.conv_out = b.conv[1 - cur_].data();
   v.ssm_out = b.ssm[1 - cur_].data();
   return v;
+}
+
+void RecurrentState::save(Snapshot& s) const {
+  s.zero = zero_;
+  s.values.clear();
+  if (zero_) return;
+  for (const Buffers& b : layers_) {
+    if (b.ssm[0].empty()) continue;
+    s.values.insert(s.values.end(), b.conv[cur_].begin(), b.conv[cur_].end());
+    s.values.insert(s.values.end(), b.ssm[cur_].begin(), b.ssm[cur_].end());
+  }
+}
+
+void RecurrentState::restore(const Snapshot& s) {
+  zero_ = s.zero;
+  if (zero_) return;
+  size_t at = 0;
+  for (Buffers& b : layers_) {
+    if (b.ssm[0].empty()) continue;
+    if (at + b.conv[cur_].size() + b.ssm[cur_].size() > s.values.size()) {
+      throw Error("recurrent state: the checkpoint was taken for another model");
+    }
+    std::copy_n(s.values.begin() + static_cast<std::ptrdiff_t>(at), b.conv[cur_].size(),
+                b.conv[cur_].begin());
+    at += b.conv[cur_].size();
+    std::copy_n(s.values.begin() + static_cast<std::ptrdiff_t>(at), b.ssm[cur_].size(),
+                b.ssm[cur_].begin());
+    at += b.ssm[cur_].size();
+  }
 }
 
 void RecurrentState::commit() {

@@ -35,6 +35,14 @@ class RecurrentState {
   // Back to the zero state of an empty sequence (nothing is written).
   void reset() { zero_ = true; }
 
+  // A copy of the committed state (the prompt cache's checkpoints), and back to it.
+  struct Snapshot {
+    std::vector<float> values;  // every recurrent layer's conv window, then its DeltaNet matrices
+    bool zero = true;
+  };
+  void save(Snapshot& s) const;
+  void restore(const Snapshot& s);
+
   int64_t conv_floats() const { return conv_floats_; }  // per layer
   int64_t ssm_floats() const { return ssm_floats_; }    // per layer
 

@@ -156,6 +156,40 @@ TEST(Qwen35Gpu, QuantizedKvCachesMatchCpu) {
   }
 }
 
+// The prompt cache's checkpoint on the GPU: the recurrent state copied aside in VRAM and back, so
+// a different continuation from it gives a cold sequence's logits; lost when the slot goes to
+// another sequence.
+TEST(Qwen35Gpu, CheckpointResumesLikeAColdSequence) {
+  REQUIRE_GPU();
+  Loaded x(any_model());
+  const std::vector<int32_t> head(x.prompt.begin(), x.prompt.begin() + 8);
+  const std::vector<int32_t> went = {21, 22, 23}, goes = {31, 32, 33, 34};
+  std::vector<float> want;
+  {
+    KvCache cold = x.gpu.make_cache(64, KvType::Q8_0, KvType::Q8_0);
+    last_logits(x.gpu, cold, head, 8);
+    want = last_logits(x.gpu, cold, goes, 4);
+  }
+  KvCache c = x.gpu.make_cache(64, KvType::Q8_0, KvType::Q8_0);
+  last_logits(x.gpu, c, head, 8);
+  x.gpu.save_checkpoint(c);
+  last_logits(x.gpu, c, went, 3);
+  ASSERT_TRUE(x.gpu.restore_checkpoint(c));
+  EXPECT_EQ(c.n_past(), 8);
+  const std::vector<float> got = last_logits(x.gpu, c, goes, 4);
+  Diff d;
+  d.add(got.data(), want.data(), static_cast<int64_t>(want.size()));
+  std::printf("qwen35moe GPU checkpoint vs cold: max %.3g\n", d.max);
+  EXPECT_LE(d.max, 1e-4);
+  // Two other sequences take both slots: the checkpoint's state is gone, and restore says so.
+  KvCache a = x.gpu.make_cache(16, KvType::F16, KvType::F16);
+  KvCache b = x.gpu.make_cache(16, KvType::F16, KvType::F16);
+  last_logits(x.gpu, a, went, 3);
+  last_logits(x.gpu, b, went, 3);
+  EXPECT_FALSE(x.gpu.restore_checkpoint(c));
+  EXPECT_EQ(c.n_past(), 12);  // unchanged
+}
+
 // The conv window and the DeltaNet state carry across batches exactly as within one batch.
 TEST(Qwen35Gpu, BatchEqualsChunksAndTokenByToken) {
   REQUIRE_GPU();

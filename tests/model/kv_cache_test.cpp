@@ -321,4 +321,37 @@ TEST(KvCache, RecurrentStateCannotBeRewound) {
   EXPECT_EQ(cache.n_past(), 0);
 }
 
+// The prompt cache's checkpoint: a hybrid model's sequence goes back to the state it had at the
+// checkpoint, whatever it evaluated after; from there a different continuation gives exactly the
+// logits of a cold evaluation split at the same place. A truncation before the checkpoint, or a
+// cleared cache, loses it.
+TEST(KvCache, RecurrentCheckpointResumesLikeAColdSequence) {
+  const auto file = moe::gguf::GgufFile::open(
+      (moe::test::qwen35moe_testdata_dir() / "models/tiny-qwen35moe-sv-F16.gguf").string());
+  moe::cpu::ThreadPool pool(1);
+  auto model = create_model_arch(file, pool);
+  const std::vector<int32_t> head = {11, 12, 13, 14, 15, 16, 17, 18};
+  const std::vector<int32_t> went = {21, 22, 23}, goes = {31, 32, 33, 34};
+
+  KvCache cold = model->make_cache(64, KvType::Q8_0, KvType::Q8_0);
+  last_logits(*model, cold, head, nullptr);
+  const std::vector<float> want = last_logits(*model, cold, goes, nullptr);
+
+  KvCache c = model->make_cache(64, KvType::Q8_0, KvType::Q8_0);
+  EXPECT_EQ(c.checkpoint_pos(), -1);
+  EXPECT_THROW(c.restore_checkpoint(), moe::Error);
+  last_logits(*model, c, head, nullptr);
+  model->save_checkpoint(c);
+  EXPECT_EQ(c.checkpoint_pos(), 8);
+  last_logits(*model, c, went, nullptr);
+  ASSERT_TRUE(model->restore_checkpoint(c));
+  EXPECT_EQ(c.n_past(), 8);
+  EXPECT_EQ(last_logits(*model, c, goes, nullptr), want);
+  // Back to it again after more: the checkpoint stays until something before it is dropped.
+  ASSERT_TRUE(model->restore_checkpoint(c));
+  EXPECT_EQ(last_logits(*model, c, goes, nullptr), want);
+  c.truncate(0);
+  EXPECT_EQ(c.checkpoint_pos(), -1);
+}
+
 }  // namespace prompt_cache

@@ -1,7 +1,8 @@
 // The prompt cache through the whole server: a request that continues the previous one (its
 // prompt and what it generated, then more) evaluates only the new tokens, and says how many it
 // took from the cache (gRPC Finish.cached_tokens, OpenAI usage.prompt_tokens_details, /metrics).
-// qwen35moe's recurrent state cannot be rewound: it reuses an exact continuation only.
+// qwen35moe's recurrent state cannot be rewound: it reuses an exact continuation, or the prefix up
+// to the checkpoint taken before the previous prompt's last token.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -40,8 +41,9 @@ StreamResult generate(Coordinator& c, const std::vector<int32_t>& prompt, int ma
 }
 
 // Runs P, then P + what it generated + more: the second reuses all but the last generated token
-// (which was sampled, never evaluated). A prompt that differs from the cached tokens at `diverge`
-// reuses `diverge` tokens where the cache can keep a prefix, none where it cannot.
+// (which was sampled, never evaluated). A prompt that differs from the cached tokens after 5
+// reuses 5 tokens where the cache can keep any prefix; a hybrid model (recurrent state) goes back
+// to its checkpoint, taken just before the last prompt token, when that lies in the common prefix.
 void continuation_is_reused(const std::string& model, bool keeps_any_prefix) {
   Coordinator c(model, {"-c", "1024"});
   const std::vector<int32_t> p = tokenize(c, "The prompt cache keeps what was evaluated before.");
@@ -72,11 +74,20 @@ void continuation_is_reused(const std::string& model, bool keeps_any_prefix) {
   ASSERT_TRUE(diverged.status.ok());
   EXPECT_EQ(diverged.finish.cached_tokens(), keeps_any_prefix ? 5 : 0);
 
-  // The same prompt again: all but its last token.
+  // The same prompt again: all but its last token (a hybrid model from its checkpoint).
   const StreamResult again = generate(c, other, 2);
   ASSERT_TRUE(again.status.ok());
-  EXPECT_EQ(again.finish.cached_tokens(),
-            keeps_any_prefix ? static_cast<int32_t>(other.size() - 1) : 0);
+  EXPECT_EQ(again.finish.cached_tokens(), static_cast<int32_t>(other.size() - 1));
+
+  // A chat's next turn: the previous prompt, then something other than what was generated. The
+  // whole previous prompt is reused; a hybrid model resumes at its checkpoint, one token short.
+  std::vector<int32_t> turn = other;
+  const std::vector<int32_t> reply = tokenize(c, " A reply the model did not write.");
+  turn.insert(turn.end(), reply.begin(), reply.end());
+  const StreamResult next_turn = generate(c, turn, 2);
+  ASSERT_TRUE(next_turn.status.ok());
+  EXPECT_EQ(next_turn.finish.cached_tokens(),
+            static_cast<int32_t>(other.size() - (keeps_any_prefix ? 0 : 1)));
   EXPECT_TRUE(c.stop());
 }
 
@@ -84,7 +95,7 @@ TEST(PromptCache, Qwen3MoeReusesTheLongestCommonPrefix) {
   continuation_is_reused((testdata_dir() / "models/tiny-qwen3moe-sv-Q8_0.gguf").string(), true);
 }
 
-TEST(PromptCache, Qwen35MoeReusesAnExactContinuationOnly) {
+TEST(PromptCache, Qwen35MoeReusesAContinuationOrItsCheckpoint) {
   continuation_is_reused((qwen35moe_testdata_dir() / "models/tiny-qwen35moe-sv-Q8_0.gguf").string(),
                          false);
 }
