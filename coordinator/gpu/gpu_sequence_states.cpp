@@ -73,9 +73,9 @@ GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache)
     d.k_rot = cache.k_rotation(l);
     d.v_rot = cache.v_rotation(l);
     for (GgmlType t : {d.k_type, d.v_type}) {
-      if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q8_0 && t != GgmlType::Q4_0) {
+      if (t == GgmlType::IQ4_NL || !ggml_row_bytes(t, 32)) {
         throw Error("KV cache type " + ggml_type_label(static_cast<uint32_t>(t)) +
-                    " is not supported on the GPU (f32, f16, q8_0, q4_0)");
+                    " is not supported on the GPU");
       }
     }
   }

@@ -63,8 +63,8 @@ class GpuSequenceStates {
 
   // The VRAM state of `cache`'s sequence. A cache at position 0 gets a slot (its own, a free one,
   // else the least recently used); a cache past 0 must be the one this object evaluated up to
-  // exactly there, else moe::Error. Throws for KV types the GPU kernels lack (f32, f16, q8_0 and
-  // q4_0 only). Types and rotation may differ per layer, as the cache says.
+  // exactly there, else moe::Error. Every KvType runs on the GPU; types and rotation may differ
+  // per layer, as the cache says.
   Slot& acquire(const model::KvCache& cache);
   // After a forward succeeded: the slot is at `n_past` and the recurrent state it wrote is current.
   static void commit(Slot& slot, int64_t n_past);

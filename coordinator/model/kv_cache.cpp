@@ -17,8 +17,12 @@ KvType parse_kv_type(std::string_view name) {
   if (name == "f16") return KvType::F16;
   if (name == "q8_0") return KvType::Q8_0;
   if (name == "q4_0") return KvType::Q4_0;
+  if (name == "bf16") return KvType::BF16;
+  if (name == "q4_1") return KvType::Q4_1;
+  if (name == "q5_0") return KvType::Q5_0;
+  if (name == "q5_1") return KvType::Q5_1;
   throw Error("unsupported KV cache type '" + std::string(name) +
-              "' (supported: f32, f16, q8_0, q4_0)");
+              "' (supported: f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1)");
 }
 
 std::string_view kv_type_name(KvType t) {
@@ -31,6 +35,14 @@ std::string_view kv_type_name(KvType t) {
       return "q8_0";
     case KvType::Q4_0:
       return "q4_0";
+    case KvType::BF16:
+      return "bf16";
+    case KvType::Q4_1:
+      return "q4_1";
+    case KvType::Q5_0:
+      return "q5_0";
+    case KvType::Q5_1:
+      return "q5_1";
   }
   return "?";
 }
@@ -45,11 +57,21 @@ GgmlType kv_ggml_type(KvType t) {
       return GgmlType::Q8_0;
     case KvType::Q4_0:
       return GgmlType::Q4_0;
+    case KvType::BF16:
+      return GgmlType::BF16;
+    case KvType::Q4_1:
+      return GgmlType::Q4_1;
+    case KvType::Q5_0:
+      return GgmlType::Q5_0;
+    case KvType::Q5_1:
+      return GgmlType::Q5_1;
   }
   return GgmlType::F32;
 }
 
-bool kv_type_quantized(KvType t) { return t == KvType::Q8_0 || t == KvType::Q4_0; }
+bool kv_type_quantized(KvType t) {
+  return t != KvType::F32 && t != KvType::F16 && t != KvType::BF16;
+}
 
 namespace {
 

@@ -1,6 +1,6 @@
-// How a KV cache row is stored: F32 as is, F16 round-to-nearest-even, Q8_0 and Q4_0 as ggml's
-// reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref). The CPU cache stores rows
-// with it, and the GPU's kv_store is tested byte for byte against it.
+// How a KV cache row is stored: F32 as is, F16 and BF16 round-to-nearest-even, Q8_0, Q4_0, Q4_1,
+// Q5_0 and Q5_1 as ggml's reference quantizers define them (quantize_row_*_ref). The CPU cache
+// stores rows with it, and the GPU's kv_store is tested byte for byte against it.
 #pragma once
 
 #include <cstdint>

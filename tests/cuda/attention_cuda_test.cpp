@@ -184,14 +184,16 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
 }
 
 constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0,
-                   Q4 = GgmlType::Q4_0;
+                   Q4 = GgmlType::Q4_0, BF = GgmlType::BF16, Q41 = GgmlType::Q4_1,
+                   Q50 = GgmlType::Q5_0, Q51 = GgmlType::Q5_1;
 constexpr Shape kGqa4x2{4, 2, 64, 64}, kGqa16x2{16, 2, 128, 128}, kHead256{8, 1, 256, 256},
     kMixed{4, 4, 96, 64};
 
 std::vector<Param> params() {
   std::vector<Param> out;
   for (const auto& [kt, vt] : {std::pair{F32, F32}, std::pair{F16, F16}, std::pair{Q8, Q8},
-                               std::pair{F16, Q8}, std::pair{Q4, Q4}, std::pair{Q4, Q8}}) {
+                               std::pair{F16, Q8}, std::pair{Q4, Q4}, std::pair{Q4, Q8},
+                               std::pair{BF, BF}, std::pair{Q50, Q51}, std::pair{Q41, Q41}}) {
     for (const Shape& s : {kGqa4x2, kGqa16x2}) {
       out.push_back({kt, vt, s, 7, 5});     // prefill after a short history
       out.push_back({kt, vt, s, 1, 2999});  // decode, 3000 positions: split + merge
@@ -239,7 +241,8 @@ TEST(AttentionCuda, StridedSourcesStoreTheSameBytes) {
   const int64_t n = 3, pos0 = 4;
   for (const auto& [kt, vt] :
        {std::pair{GgmlType::F32, GgmlType::F16}, std::pair{GgmlType::Q8_0, GgmlType::F32},
-        std::pair{GgmlType::F16, GgmlType::Q8_0}, std::pair{GgmlType::Q4_0, GgmlType::Q4_0}}) {
+        std::pair{GgmlType::F16, GgmlType::Q8_0}, std::pair{GgmlType::Q4_0, GgmlType::Q4_0},
+        std::pair{GgmlType::BF16, GgmlType::Q4_1}, std::pair{GgmlType::Q5_0, GgmlType::Q5_1}}) {
     Cache a = make_cache(kt, vt, s, 16), b = make_cache(kt, vt, s, 16);
     const int64_t ke = a.kv.k_elems, ve = a.kv.v_elems, q = s.n_head * s.hd_k;
     const int64_t stride = q + ke + ve;
@@ -285,10 +288,10 @@ TEST(AttentionCuda, RejectsBadArguments) {
                      "q_stride");
   test::expect_error([&] { attention(kv, nullptr, 256, 1, 0, 4, 2, 64, 64, 0.1f, f, nullptr); },
                      "null");
-  DeviceKvLayer q5 = kv;
-  q5.k_type = GgmlType::Q5_0;
-  q5.k_row_bytes = 22 * 4;
-  test::expect_error([&] { kv_store(q5, f, f, 1, 0, nullptr); }, "not supported on the GPU");
+  DeviceKvLayer nl = kv;  // a 4-bit type the cache does not offer
+  nl.k_type = GgmlType::IQ4_NL;
+  nl.k_row_bytes = 18 * 4;
+  test::expect_error([&] { kv_store(nl, f, f, 1, 0, nullptr); }, "not supported on the GPU");
   DeviceKvLayer wide = kv;
   wide.k_elems = wide.v_elems = 2 * 512;
   wide.k_row_bytes = wide.v_row_bytes = 2 * 2 * 512;

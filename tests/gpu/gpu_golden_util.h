@@ -66,7 +66,10 @@ inline std::vector<KvCase> kv_cases() {
           {"q8_0", KvConfig::uniform(KvType::Q8_0, KvType::Q8_0)},
           {"q4_0", KvConfig::uniform(KvType::Q4_0, KvType::Q4_0)},
           {"q4_0 not rotated", norot},
-          {"q4_0, q8_0 V first, f16 K last", mixed}};
+          {"q4_0, q8_0 V first, f16 K last", mixed},
+          {"bf16", KvConfig::uniform(KvType::BF16, KvType::BF16)},
+          {"q5_0 K, q5_1 V", KvConfig::uniform(KvType::Q5_0, KvType::Q5_1)},
+          {"q4_1", KvConfig::uniform(KvType::Q4_1, KvType::Q4_1)}};
 }
 
 }  // namespace moe::test::gpu

@@ -49,10 +49,12 @@ TEST(KvCache, QuantizedTypesStayCloseToF32) {
     KvType k, v;
     double max, rms;
   };
-  // Loose bounds: f16 rounding is tiny, q8_0 small, q4_0 coarse (4-bit K and V).
+  // Loose bounds: f16 rounding is tiny, bf16 and q8_0 small, 5-bit larger, 4-bit coarse.
   for (const T& t :
        {T{KvType::F16, KvType::F16, 0.05, 0.01}, T{KvType::Q8_0, KvType::Q8_0, 0.3, 0.05},
-        T{KvType::Q4_0, KvType::Q4_0, 2.0, 0.4}, T{KvType::F16, KvType::Q8_0, 0.3, 0.05}}) {
+        T{KvType::Q4_0, KvType::Q4_0, 2.0, 0.4}, T{KvType::F16, KvType::Q8_0, 0.3, 0.05},
+        T{KvType::BF16, KvType::BF16, 0.3, 0.05}, T{KvType::Q5_0, KvType::Q5_1, 1.0, 0.2},
+        T{KvType::Q4_1, KvType::Q4_1, 2.0, 0.4}}) {
     const std::vector<float> got = run_with_cache(*model, dir, t.k, t.v);
     ASSERT_EQ(got.size(), base.size());
     double mx = 0, ss = 0;
@@ -150,8 +152,10 @@ TEST(KvCache, WithoutHostStorageCountsPositionsOnly) {
 }
 
 TEST(KvCache, TypeNames) {
-  for (const char* n : {"f32", "f16", "q8_0", "q4_0"}) EXPECT_EQ(kv_type_name(parse_kv_type(n)), n);
-  EXPECT_THROW(parse_kv_type("q5_1"), moe::Error);
+  for (const char* n : {"f32", "f16", "bf16", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1"}) {
+    EXPECT_EQ(kv_type_name(parse_kv_type(n)), n);
+  }
+  EXPECT_THROW(parse_kv_type("iq4_nl"), moe::Error);
   EXPECT_THROW(parse_kv_type("F16"), moe::Error);
 }
 
@@ -165,7 +169,8 @@ TEST(KvCache, StoresAndReadsBackEveryType) {
     k[i] = std::sin(static_cast<float>(i) * 0.37f);
     v[i] = std::cos(static_cast<float>(i) * 0.11f) * 2;
   }
-  for (KvType t : {KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0}) {
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::Q5_0, KvType::Q5_1,
+                   KvType::Q4_0, KvType::Q4_1}) {
     KvCache c(cfg, 4, t, t);
     c.store(1, 3, k.data(), v.data());
     // Quantized rows are stored rotated (64-value blocks at this head size) and read as stored.
@@ -175,14 +180,26 @@ TEST(KvCache, StoresAndReadsBackEveryType) {
     if (c.k_rotation(1)) moe::cpu::hadamard_blocks(want_k.data(), 128, c.k_rotation(1));
     if (c.v_rotation(1)) moe::cpu::hadamard_blocks(want_v.data(), 128, c.v_rotation(1));
     c.read_k(1, 3, 1, out.data());
-    // Bounds relative to the row's largest value: q8_0 rounds to amax/127 steps, q4_0 to amax/8.
+    // Bounds relative to the row's largest value: q8_0 rounds to amax/127 steps, 5-bit types to
+    // about amax/16, 4-bit ones to about amax/8.
     const auto bound = [&](const std::vector<float>& want) {
       float amax = 0;
       for (float x : want) amax = std::max(amax, std::fabs(x));
-      return t == KvType::F32    ? 0.0
-             : t == KvType::F16  ? 1e-3 * amax
-             : t == KvType::Q8_0 ? amax / 200.0
-                                 : amax / 7.0;
+      switch (t) {
+        case KvType::F32:
+          return 0.0;
+        case KvType::F16:
+          return 1e-3 * amax;
+        case KvType::BF16:
+          return 4e-3 * amax;
+        case KvType::Q8_0:
+          return amax / 200.0;
+        case KvType::Q5_0:
+        case KvType::Q5_1:
+          return amax / 14.0;
+        default:  // 4-bit
+          return amax / 7.0;
+      }
     };
     const double tol_k = bound(want_k), tol_v = bound(want_v);
     for (size_t i = 0; i < k.size(); ++i) EXPECT_NEAR(out[i], want_k[i], tol_k) << kv_type_name(t);
@@ -229,7 +246,7 @@ TEST(KvCache, PerLayerTypesCountAttentionLayersOnly) {
 }
 
 TEST(KvCache, PerLayerOverrideSpellingsAreChecked) {
-  for (const char* bad : {"q8_0", "q8_0,", "q8_0,-1", "q8_0,x", "q8_0,4x", "q5_1,4", ",4"}) {
+  for (const char* bad : {"q8_0", "q8_0,", "q8_0,-1", "q8_0,x", "q8_0,4x", "iq4_nl,4", ",4"}) {
     try {
       (void)KvConfig::parse_override(bad, "-ctv-first");
       ADD_FAILURE() << bad;
