@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/bounded_json.h"
+#include "coordinator/sampling/sampler_params.h"
 
 namespace moe::http {
 
@@ -137,6 +138,52 @@ void read_stop(const Json& body, v1::GenerateRequest& req) {
   }
 }
 
+// logit_bias as OpenAI sends it, {"token id": bias}, or as llama-server also takes it,
+// [[id, bias], ...]; a bias of false bans the token (-inf). Bounded before it is walked.
+void read_logit_bias(const Json& v, google::protobuf::Map<int32_t, float>& out) {
+  if (!v.is_object() && !v.is_array()) {
+    bad(not_a("logit_bias", "an object of token id -> bias", v), "logit_bias");
+  }
+  if (v.size() > sampling::kMaxLogitBias) {
+    bad("logit_bias has " + std::to_string(v.size()) + " entries, more than " +
+            std::to_string(sampling::kMaxLogitBias),
+        "logit_bias");
+  }
+  const auto bias_of = [](const Json& b, const std::string& field) {
+    if (b.is_boolean() && !b.get<bool>()) return -INFINITY;
+    if (!b.is_number()) bad(not_a(field, "a number or false", b), field);
+    return b.get<float>();
+  };
+  const auto token_id = [](const std::string& key, const std::string& field) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (key.empty() || used != key.size() || id < 0 || id > INT32_MAX) {
+      bad(field + ": '" + key + "' is not a token id", field);
+    }
+    return static_cast<int32_t>(id);
+  };
+  if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string field = "logit_bias[" + it.key() + "]";
+      out[token_id(it.key(), field)] = bias_of(it.value(), field);
+    }
+    return;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string field = "logit_bias[" + std::to_string(i) + "]";
+    const Json& e = v[i];
+    if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer()) {
+      bad(not_a(field, "a [token id, bias] pair", e), field);
+    }
+    out[token_id(std::to_string(e[0].get<int64_t>()), field)] = bias_of(e[1], field);
+  }
+}
+
 void read_sampling(const Json& body, v1::GenerateRequest& req) {
   v1::SamplingParams& s = *req.mutable_sampling();
   for (const FloatKey& k : kFloatKeys) {
@@ -167,6 +214,7 @@ void read_sampling(const Json& body, v1::GenerateRequest& req) {
     }
     if (seed >= 0) req.set_seed(static_cast<uint32_t>(seed));
   }
+  if (const Json* v = find(body, "logit_bias")) read_logit_bias(*v, *s.mutable_logit_bias());
   if (const Json* v = find(body, "ignore_eos")) req.set_ignore_eos(get_bool(*v, "ignore_eos"));
   if (const Json* v = find(body, "cache_prompt")) {
     req.set_cache_prompt(get_bool(*v, "cache_prompt"));
@@ -190,10 +238,6 @@ void read_options(const Json& body, OpenAiOptions& o) {
 void refuse_unsupported_common(const Json& body) {
   if (const Json* v = find(body, "n")) {
     if (get_integer(*v, "n") != 1) bad("n = " + v->dump() + ": only n = 1 is supported", "n");
-  }
-  if (const Json* v = find(body, "logit_bias")) {
-    if (!v->is_object()) bad(not_a("logit_bias", "an object", *v), "logit_bias");
-    if (!v->empty()) bad("logit_bias is not supported", "logit_bias");
   }
 }
 

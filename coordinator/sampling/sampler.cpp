@@ -57,6 +57,14 @@ Sampler::Sampler(SamplingParams params, int32_t n_vocab, const DryVocab* vocab)
                  params_.presence_penalty, n_vocab),
       dry_(params_, n_vocab, make_breakers(params_, n_vocab, vocab)) {
   cands_.items.reserve(static_cast<size_t>(n_vocab));
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id >= n_vocab) {
+      throw Error("sampling: logit_bias token id " + std::to_string(id) +
+                  " is outside the vocabulary (" + std::to_string(n_vocab) + " tokens)");
+    }
+    if (bias_.empty()) bias_.assign(static_cast<size_t>(n_vocab), 0.0f);
+    bias_[static_cast<size_t>(id)] += bias;
+  }
   if (params_.typical_p < 1.0f) {
     scratch_.key.reserve(static_cast<size_t>(n_vocab));
     scratch_.index.reserve(static_cast<size_t>(n_vocab));
@@ -89,7 +97,7 @@ void Sampler::fill(std::span<const float> logits) {
   cands_.items.resize(logits.size());
   size_t n = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    const float l = logits[i];
+    const float l = bias_.empty() ? logits[i] : logits[i] + bias_[i];
     // -inf marks a banned token: dropping it now keeps every later step's arithmetic finite.
     if (l == -INFINITY) continue;
     if (!std::isfinite(l)) {

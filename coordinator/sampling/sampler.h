@@ -51,6 +51,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::mt19937_64 xtc_rng_;
   Candidates cands_;
+  std::vector<float> bias_;  // logit_bias by token id; empty when there is none
   StepScratch scratch_;
 };
 

@@ -138,6 +138,17 @@ std::string format_sampler_order(const std::vector<SamplerType>& order) {
 
 void SamplingParams::validate() const {
   // NaN compares false with everything, so every range check below is written to fail on NaN.
+  if (logit_bias.size() > kMaxLogitBias) {
+    throw Error("sampling: logit_bias has " + std::to_string(logit_bias.size()) +
+                " entries, more than " + std::to_string(kMaxLogitBias));
+  }
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) throw Error("sampling: logit_bias token id " + std::to_string(id) + " is negative");
+    if (!(std::isfinite(bias) || bias == -INFINITY)) {
+      throw Error("sampling: logit_bias of token " + std::to_string(id) +
+                  " must be a number or -inf (a ban)");
+    }
+  }
   require_finite("temp", temp);
   require_finite("top_p", top_p);
   if (!(top_p > 0.0f && top_p <= 1.0f)) fail("top_p", top_p, "must be in (0, 1]");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace moe::sampling {
@@ -39,6 +40,9 @@ std::string_view sampler_name(SamplerType type);
 // The order written back as a `--samplers` string.
 std::string format_sampler_order(const std::vector<SamplerType>& order);
 
+// The most logit_bias entries a request may carry (checked before anything walks them).
+inline constexpr size_t kMaxLogitBias = 4096;
+
 // llama.cpp's LLAMA_DEFAULT_SEED: draw a random seed at construction.
 inline constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
 
@@ -68,6 +72,10 @@ struct SamplingParams {
   std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
 
   std::vector<SamplerType> order = default_sampler_order();
+
+  // Added to these tokens' logits before the chain; -inf bans a token (logit_bias). Ids are
+  // checked against the vocabulary by the Sampler.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Throws moe::Error naming the first invalid parameter and its value.
   void validate() const;

@@ -1,5 +1,6 @@
 #include "coordinator/server/request_validation.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/bounded_json.h"
@@ -56,6 +57,14 @@ void apply_sampling(const v1::SamplingParams& s, sampling::SamplingParams& p) {
   if (s.has_dry_penalty_last_n()) p.dry_penalty_last_n = s.dry_penalty_last_n();
   if (s.has_min_keep()) p.min_keep = s.min_keep();
   if (s.has_samplers()) p.order = sampling::parse_sampler_order(s.samplers());
+  if (s.logit_bias_size() > 0) {
+    if (static_cast<size_t>(s.logit_bias_size()) > sampling::kMaxLogitBias) {
+      throw BadRequest("sampling.logit_bias has " + std::to_string(s.logit_bias_size()) +
+                       " entries, more than " + std::to_string(sampling::kMaxLogitBias));
+    }
+    p.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+    std::sort(p.logit_bias.begin(), p.logit_bias.end());  // a map's order is unspecified
+  }
 }
 
 }  // namespace
@@ -216,6 +225,13 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
                         : m.default_seed ? *m.default_seed
                                          : sampling::kRandomSeed;
     out.sampling.validate();
+    for (const auto& [id, bias] : out.sampling.logit_bias) {
+      if (m.tok != nullptr && id >= m.tok->n_vocab()) {
+        throw moe::Error("sampling: logit_bias token id " + std::to_string(id) +
+                         " is outside the vocabulary (" + std::to_string(m.tok->n_vocab()) +
+                         " tokens)");
+      }
+    }
   } catch (const moe::Error& e) {
     // The sampler's messages already start with "sampling: ".
     const std::string what = e.what();

@@ -391,7 +391,6 @@ TEST(ChatRequest, UnsupportedFeaturesAreRefused) {
                   "response_format");
   expect_bad_chat(R"("response_format": {})", "response_format.type is required",
                   "response_format.type");
-  expect_bad_chat(R"("logit_bias": {"50256": -100})", "logit_bias is not supported", "logit_bias");
   expect_bad_chat(R"("functions": [{"name": "f"}])", "functions (deprecated) is not supported",
                   "functions");
   expect_bad_chat(R"("function_call": "auto")", "function_call (deprecated) is not supported",
@@ -587,8 +586,26 @@ TEST(CompletionRequest, UnsupportedFeaturesAreRefused) {
   expect_bad_text(R"("logprobs": true)", "logprobs is not supported", "logprobs");
   expect_bad_text(R"("suffix": "end")", "suffix is not supported", "suffix");
   expect_bad_text(R"("n": 4)", "only n = 1 is supported", "n");
-  expect_bad_text(R"("logit_bias": {"1": 5})", "logit_bias is not supported", "logit_bias");
   EXPECT_EQ(text_req(text(R"("logprobs": false)")).text(), "Once upon a time");
+}
+
+// logit_bias: OpenAI's {"id": bias} and llama-server's [[id, bias]], false banning a token;
+// anything else names the entry.
+TEST(ChatRequest, LogitBiasInBothSpellings) {
+  const v1::GenerateRequest a = chat_req(chat(R"("logit_bias": {"50256": -100, "7": 2.5})"));
+  ASSERT_EQ(a.sampling().logit_bias_size(), 2);
+  EXPECT_EQ(a.sampling().logit_bias().at(50256), -100.0f);
+  EXPECT_EQ(a.sampling().logit_bias().at(7), 2.5f);
+  const v1::GenerateRequest b = text_req(text(R"("logit_bias": [[3, 1.5], [9, false]])"));
+  ASSERT_EQ(b.sampling().logit_bias_size(), 2);
+  EXPECT_EQ(b.sampling().logit_bias().at(3), 1.5f);
+  EXPECT_EQ(b.sampling().logit_bias().at(9), -INFINITY);
+  expect_bad_chat(R"("logit_bias": {"x": 1})", "'x' is not a token id", "logit_bias[x]");
+  expect_bad_chat(R"("logit_bias": {"-3": 1})", "'-3' is not a token id", "logit_bias[-3]");
+  expect_bad_chat(R"("logit_bias": {"3": "a lot"})", "logit_bias[3] must be a number or false",
+                  "logit_bias[3]");
+  expect_bad_text(R"("logit_bias": [[3]])", "a [token id, bias] pair", "logit_bias[0]");
+  expect_bad_text(R"("logit_bias": 5)", "logit_bias must be an object", "logit_bias");
 }
 
 TEST(CompletionRequest, PlainJsonOverload) {

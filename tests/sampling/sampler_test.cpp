@@ -58,6 +58,29 @@ TEST(Sampler, GreedyPicksArgmaxTiesToLowestId) {
   EXPECT_EQ(s.sample(std::vector<float>{1, 2, 3, 9}), 3);
 }
 
+// logit_bias is added before the chain: a bias moves the argmax, -inf bans a token, ids past the
+// vocabulary and NaN or +inf biases are refused.
+TEST(Sampler, LogitBiasShiftsAndBans) {
+  SamplingParams p;
+  p.temp = 0.0f;
+  p.logit_bias = {{0, 10.0f}, {3, -INFINITY}};
+  Sampler s(p, 4);
+  EXPECT_EQ(s.sample(std::vector<float>{1, 5, 5, 2}), 0);    // 11 beats 5
+  EXPECT_EQ(s.sample(std::vector<float>{-20, 5, 4, 9}), 1);  // 3 banned, 0 at -10
+  EXPECT_THROW(s.sample(std::vector<float>{-INFINITY, -INFINITY, -INFINITY, 1}), moe::Error);
+  SamplingParams outside;
+  outside.logit_bias = {{4, 1.0f}};
+  EXPECT_THROW(Sampler(outside, 4), moe::Error);
+  for (float bad : {NAN, INFINITY}) {
+    SamplingParams q;
+    q.logit_bias = {{1, bad}};
+    EXPECT_THROW(q.validate(), moe::Error);
+  }
+  SamplingParams negative;
+  negative.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(negative.validate(), moe::Error);
+}
+
 TEST(Sampler, NegativeTempIsGreedyEvenWithoutTemperatureStep) {
   SamplingParams p = plain(1);
   p.temp = -1.0f;

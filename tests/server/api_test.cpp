@@ -246,6 +246,35 @@ TEST_F(Api, ReflectionListsOurServices) {
   }
 }
 
+// logit_bias through the API: banning the greedy first token changes it, a large bias on one
+// token makes every step choose it, and an id past the vocabulary is INVALID_ARGUMENT.
+TEST_F(Api, LogitBiasBansAndForcesTokens) {
+  v1::GenerateRequest req = text_request("The capital of France is", 4);
+  req.mutable_sampling()->set_temperature(0.0f);
+  req.set_ignore_eos(true);
+  const StreamResult plain = run_stream(*coord_->gen, req);
+  ASSERT_TRUE(plain.status.ok());
+  ASSERT_EQ(plain.tokens.size(), 4u);
+  v1::GenerateRequest ban = req;
+  (*ban.mutable_sampling()->mutable_logit_bias())[plain.tokens[0]] = -INFINITY;
+  const StreamResult banned = run_stream(*coord_->gen, ban);
+  ASSERT_TRUE(banned.status.ok());
+  ASSERT_FALSE(banned.tokens.empty());
+  EXPECT_NE(banned.tokens[0], plain.tokens[0]);
+  for (int32_t t : banned.tokens) EXPECT_NE(t, plain.tokens[0]);
+  v1::GenerateRequest force = req;
+  (*force.mutable_sampling()->mutable_logit_bias())[1234] = 1000.0f;
+  const StreamResult forced = run_stream(*coord_->gen, force);
+  ASSERT_TRUE(forced.status.ok());
+  EXPECT_EQ(forced.tokens, std::vector<int32_t>(4, 1234));
+  v1::GenerateRequest outside = req;
+  (*outside.mutable_sampling()->mutable_logit_bias())[1 << 30] = 1.0f;
+  const StreamResult refused = run_stream(*coord_->gen, outside);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status.error_message().find("outside the vocabulary"), std::string::npos)
+      << refused.status.error_message();
+}
+
 TEST_F(Api, StopStringsEndGenerationAndAreNotSent) {
   // Learn what the model says, then stop at a piece of it.
   v1::GenerateRequest req = text_request("The capital of France is", 16);
