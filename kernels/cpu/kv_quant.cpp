@@ -13,19 +13,24 @@
 namespace moe::cpu {
 namespace {
 
+// The value of largest magnitude of a block of 32, with its sign; the first one on ties.
+float signed_absmax(const float* xb) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(xb[j]) > amax) {
+      amax = std::fabs(xb[j]);
+      max = xb[j];
+    }
+  }
+  return max;
+}
+
 // Q4_0 as llama.cpp's quantize_row_q4_0_ref: the signed value of largest magnitude (the first on
 // ties) maps to -8.
 void quantize_q4_0(const float* x, uint8_t* dst, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j) {
-      if (std::fabs(xb[j]) > amax) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
-    const float d = max / -8.0f;
+    const float d = signed_absmax(xb) / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t* out = dst + b * 18;
     const uint16_t dh = fp32_to_fp16(d);
@@ -77,14 +82,7 @@ void quantize_affine(const float* x, uint8_t* dst, int64_t n) {
 void quantize_q5_0(const float* x, uint8_t* dst, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j) {
-      if (std::fabs(xb[j]) > amax) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
-    const float d = max / -16.0f;
+    const float d = signed_absmax(xb) / -16.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t* out = dst + b * 22;
     const uint16_t dh = fp32_to_fp16(d);

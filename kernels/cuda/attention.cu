@@ -112,6 +112,25 @@ __device__ __forceinline__ void kv_store_q8_0(const KvStoreSide& s, int64_t n_to
   }
 }
 
+// The value of largest magnitude across the warp, with its sign; the lowest lane wins a tie, as
+// the reference quantizers' loops keep the first one they meet.
+__device__ __forceinline__ float warp_signed_absmax(float x, int lane) {
+  float best = x, best_abs = fabsf(x);
+  int best_lane = lane;
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    const float o = __shfl_xor_sync(0xFFFFFFFFu, best, m);
+    const float oa = __shfl_xor_sync(0xFFFFFFFFu, best_abs, m);
+    const int ol = __shfl_xor_sync(0xFFFFFFFFu, best_lane, m);
+    if (oa > best_abs || (oa == best_abs && ol < best_lane)) {
+      best = o;
+      best_abs = oa;
+      best_lane = ol;
+    }
+  }
+  return best;
+}
+
 // Q4_0 rows: one warp per block of 32, as quantize_row_q4_0_ref: the signed value of largest
 // magnitude (the first one in index order on ties, as its loop) maps to -8, d = max / -8, q =
 // min(15, (int)(x / d + 8.5)); lane j < 16 packs q[j] | q[j + 16] << 4. Byte-identical to the CPU.
@@ -123,19 +142,7 @@ __device__ __forceinline__ void kv_store_q4_0(const KvStoreSide& s, int64_t n_to
   for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
     const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
     const float x = s.src[t * s.stride + b * 32 + lane];
-    float best = x, best_abs = fabsf(x);
-    int best_lane = lane;
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) {
-      const float o = __shfl_xor_sync(0xFFFFFFFFu, best, m);
-      const float oa = __shfl_xor_sync(0xFFFFFFFFu, best_abs, m);
-      const int ol = __shfl_xor_sync(0xFFFFFFFFu, best_lane, m);
-      if (oa > best_abs || (oa == best_abs && ol < best_lane)) {
-        best = o;
-        best_abs = oa;
-        best_lane = ol;
-      }
-    }
+    const float best = warp_signed_absmax(x, lane);
     const float d = best / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     // Rounded multiply, then add (no fused multiply-add), as the CPU computes it.
@@ -181,19 +188,7 @@ __device__ __forceinline__ void kv_store_q4q5(const KvStoreSide& s, int64_t n_to
         *reinterpret_cast<__half*>(blk + 2) = __float2half_rn(mn);
       }
     } else {
-      float best = x, best_abs = fabsf(x);
-      int best_lane = lane;
-#pragma unroll
-      for (int m = 16; m > 0; m >>= 1) {
-        const float o = __shfl_xor_sync(0xFFFFFFFFu, best, m);
-        const float oa = __shfl_xor_sync(0xFFFFFFFFu, best_abs, m);
-        const int ol = __shfl_xor_sync(0xFFFFFFFFu, best_lane, m);
-        if (oa > best_abs || (oa == best_abs && ol < best_lane)) {
-          best = o;
-          best_abs = oa;
-          best_lane = ol;
-        }
-      }
+      const float best = warp_signed_absmax(x, lane);
       const float d = __fdiv_rn(best, -16.0f);
       const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
       q = min(31, static_cast<int>(__fadd_rn(__fmul_rn(x, id), 16.5f)));

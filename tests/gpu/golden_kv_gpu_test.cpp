@@ -17,6 +17,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "tests/gpu/gpu_golden_util.h"
 #include "tests/model/golden_compare.h"
+#include "tests/model/golden_driver.h"
 #include "tests/testdata.h"
 
 namespace {
@@ -24,21 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace moe::model;
 using namespace moe::test::gpu;
-
-struct Folder {
-  const char* name;
-  KvConfig kv;
-  double max, rms;  // README's bounds
-};
-
-std::vector<Folder> folders() {
-  KvConfig norot = KvConfig::uniform(KvType::Q4_0, KvType::Q4_0);
-  norot.rotate = false;
-  return {{"f16", KvConfig::uniform(KvType::F16, KvType::F16), 0.05, 0.01},
-          {"q8_0", KvConfig::uniform(KvType::Q8_0, KvType::Q8_0), 0.30, 0.05},
-          {"q4_0-rot", KvConfig::uniform(KvType::Q4_0, KvType::Q4_0), 0.90, 0.13},
-          {"q4_0-norot", norot, 0.90, 0.13}};
-}
 
 class GoldenKvGpu : public ::testing::TestWithParam<std::string> {};
 
@@ -58,7 +44,7 @@ TEST_P(GoldenKvGpu, MatchesLlamaCppPerCacheType) {
     auto gpu = moe::gpu::create_model(file, pool, nullptr, options(p), nullptr);
     const ModelConfig& cfg = gpu->config();
     for (const char* prompt : {"raw", "chat"}) {
-      for (const Folder& f : folders()) {
+      for (const moe::test::GoldenKvFolder& f : moe::test::golden_kv_folders()) {
         const fs::path dir = golden / prompt / f.name;
         SCOPED_TRACE(dir.string() + " [" + p.name + "]");
         const auto tokens = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");

@@ -131,6 +131,15 @@ std::vector<float> run_forced(ModelArch& m, const Golden& g, const KvConfig& kv,
   return teacher_forced(m, cache, g.prompt, steps, &hooks);
 }
 
+std::vector<GoldenKvFolder> golden_kv_folders() {
+  KvConfig norot = KvConfig::uniform(KvType::Q4_0, KvType::Q4_0);
+  norot.rotate = false;
+  return {{"f16", KvConfig::uniform(KvType::F16, KvType::F16), 0.05, 0.01},
+          {"q8_0", KvConfig::uniform(KvType::Q8_0, KvType::Q8_0), 0.30, 0.05},
+          {"q4_0-rot", KvConfig::uniform(KvType::Q4_0, KvType::Q4_0), 0.90, 0.13},
+          {"q4_0-norot", norot, 0.90, 0.13}};
+}
+
 std::vector<float> run_forced(ModelArch& m, const fs::path& dir, KvType kv) {
   return run_forced(m, load_golden(dir), kv);
 }

@@ -103,6 +103,15 @@ std::vector<float> run_forced(model::ModelArch& m, const std::filesystem::path& 
 std::vector<float> run_forced(model::ModelArch& m, const Golden& g, const model::KvConfig& kv,
                               Recorder* rec = nullptr);
 
+// The cache configurations of ../shared/testdata/golden-kv (folder name, our configuration, the
+// README's max / RMS bounds): f16; q8_0 and q4_0 rotated, llama.cpp's default; q4_0 not rotated.
+struct GoldenKvFolder {
+  const char* name;
+  model::KvConfig kv;
+  double max, rms;
+};
+std::vector<GoldenKvFolder> golden_kv_folders();
+
 // prompt_logits then greedy_logits without its row 0 (the last prompt row's, already there).
 std::vector<float> golden_rows(const Golden& g);
 

@@ -18,27 +18,13 @@
 #include "coordinator/model/model_arch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/model/golden_compare.h"
+#include "tests/model/golden_driver.h"
 #include "tests/testdata.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace moe::model;
-
-struct KvCase {
-  const char* folder;
-  KvConfig kv;
-  double max, rms;  // README's bounds
-};
-
-std::vector<KvCase> cases() {
-  KvConfig norot = KvConfig::uniform(KvType::Q4_0, KvType::Q4_0);
-  norot.rotate = false;
-  return {{"f16", KvConfig::uniform(KvType::F16, KvType::F16), 0.05, 0.01},
-          {"q8_0", KvConfig::uniform(KvType::Q8_0, KvType::Q8_0), 0.30, 0.05},
-          {"q4_0-rot", KvConfig::uniform(KvType::Q4_0, KvType::Q4_0), 0.90, 0.13},
-          {"q4_0-norot", norot, 0.90, 0.13}};
-}
 
 fs::path model_path(const std::string& model) {
   return model.find("qwen35moe") != std::string::npos
@@ -55,8 +41,8 @@ TEST_P(GoldenKv, MatchesLlamaCppPerCacheType) {
   auto model = create_model_arch(file, pool);
   const ModelConfig& cfg = model->config();
   for (const char* prompt : {"raw", "chat"}) {
-    for (const KvCase& c : cases()) {
-      const fs::path dir = moe::test::testdata_dir() / "golden-kv" / model_name / prompt / c.folder;
+    for (const moe::test::GoldenKvFolder& c : moe::test::golden_kv_folders()) {
+      const fs::path dir = moe::test::testdata_dir() / "golden-kv" / model_name / prompt / c.name;
       SCOPED_TRACE(dir.string());
       const auto tokens = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
       const auto golden = moe::test::read_raw<float>(dir / "prompt_logits.f32");
@@ -68,7 +54,7 @@ TEST_P(GoldenKv, MatchesLlamaCppPerCacheType) {
       moe::test::Diff d;
       d.add(ours.data(), golden.data(), static_cast<int64_t>(golden.size()));
       std::printf("[golden-kv] %-22s %-4s %-10s max %.4f rms %.5f\n", model_name.c_str(), prompt,
-                  c.folder, d.max, d.rms());
+                  c.name, d.max, d.rms());
       EXPECT_LE(d.max, c.max);
       EXPECT_LE(d.rms(), c.rms);
     }
