@@ -1,5 +1,6 @@
 #include "coordinator/sampling/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -89,14 +90,19 @@ void Sampler::accept(int32_t token) {
   dry_.accept(token);
 }
 
-void Sampler::fill(std::span<const float> logits) {
+void Sampler::fill(std::span<const float> logits, std::span<const uint64_t> allowed) {
   if (logits.size() != static_cast<size_t>(n_vocab_)) {
     throw Error("sampling: got " + std::to_string(logits.size()) + " logits for a vocabulary of " +
                 std::to_string(n_vocab_));
   }
+  if (!allowed.empty() && allowed.size() != (logits.size() + 63) / 64) {
+    throw Error("sampling: a token mask of " + std::to_string(allowed.size()) +
+                " words for a vocabulary of " + std::to_string(n_vocab_));
+  }
   cands_.items.resize(logits.size());
   size_t n = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
+    if (!allowed.empty() && ((allowed[i / 64] >> (i % 64)) & 1u) == 0) continue;
     const float l = bias_.empty() ? logits[i] : logits[i] + bias_[i];
     // -inf marks a banned token: dropping it now keeps every later step's arithmetic finite.
     if (l == -INFINITY) continue;
@@ -105,13 +111,62 @@ void Sampler::fill(std::span<const float> logits) {
     }
     cands_.items[n++] = Candidate{static_cast<int32_t>(i), l, 0.0f};
   }
-  if (n == 0) throw Error("sampling: every logit is -inf, no token can be sampled");
+  if (n == 0) {
+    throw Error(allowed.empty() ? "sampling: every logit is -inf, no token can be sampled"
+                                : "sampling: the grammar allows no token that has a finite logit");
+  }
   cands_.items.resize(n);
   cands_.sorted = false;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  fill(logits);
+void Sampler::set_logprobs(int n_top) {
+  if (n_top < -1 || n_top > kMaxTopLogprobs) {
+    throw Error("sampling: top_logprobs = " + std::to_string(n_top) + " is outside 0.." +
+                std::to_string(kMaxTopLogprobs));
+  }
+  n_top_logprobs_ = n_top;
+}
+
+void Sampler::start_logprobs() {
+  float max_logit = -INFINITY;
+  for (const Candidate& c : cands_.items) max_logit = std::max(max_logit, c.logit);
+  double sum = 0.0;
+  for (const Candidate& c : cands_.items) sum += std::exp(static_cast<double>(c.logit - max_logit));
+  log_sum_exp_ = max_logit + std::log(sum);
+  // The top n by ranks_before without disturbing the candidates: a partial sort of a copy of
+  // only the few that can make it (n is at most 20).
+  const size_t n = std::min(static_cast<size_t>(n_top_logprobs_), cands_.size());
+  std::vector<Candidate> best(cands_.items.begin(), cands_.items.begin() + static_cast<long>(n));
+  std::make_heap(best.begin(), best.end(), ranks_before);  // worst of the best at the front
+  for (size_t i = n; i < cands_.size() && n > 0; ++i) {
+    if (ranks_before(cands_.items[i], best.front())) {
+      std::pop_heap(best.begin(), best.end(), ranks_before);
+      best.back() = cands_.items[i];
+      std::push_heap(best.begin(), best.end(), ranks_before);
+    }
+  }
+  std::sort_heap(best.begin(), best.end(), ranks_before);
+  logprobs_.top.clear();
+  for (const Candidate& c : best) {
+    logprobs_.top.push_back({c.id, static_cast<float>(c.logit - log_sum_exp_)});
+  }
+}
+
+void Sampler::finish_logprobs(int32_t token, std::span<const float> logits) {
+  const auto i = static_cast<size_t>(token);
+  const float l = bias_.empty() ? logits[i] : logits[i] + bias_[i];
+  logprobs_.token = {token, static_cast<float>(l - log_sum_exp_)};
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t> allowed) {
+  fill(logits, allowed);
+  if (n_top_logprobs_ >= 0) start_logprobs();
+  const int32_t token = run_chain();
+  if (n_top_logprobs_ >= 0) finish_logprobs(token, logits);
+  return token;
+}
+
+int32_t Sampler::run_chain() {
   for (SamplerType step : params_.order) {
     switch (step) {
       case SamplerType::kPenalties:

@@ -14,6 +14,19 @@
 
 namespace moe::sampling {
 
+// A token with its natural-log probability.
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+};
+
+// The sampled token's log-probability and the most likely tokens at its position, both in the
+// distribution the chain starts from (logits + logit_bias, grammar mask applied).
+struct Logprobs {
+  TokenLogprob token{};
+  std::vector<TokenLogprob> top;  // descending logprob, ties by lower id
+};
+
 class Sampler {
  public:
   // Validates params (throws moe::Error). DRY with sequence breakers needs `vocab` to map the
@@ -22,7 +35,15 @@ class Sampler {
 
   // Picks the next token from one position's logits (size n_vocab). -inf logits are never picked;
   // NaN or +inf logits throw. Does not record the token: call accept() with what is emitted.
-  int32_t sample(std::span<const float> logits);
+  // `allowed`, when not empty, is a bitset over token ids (a grammar's mask: bit i%64 of word
+  // i/64); only those tokens can be picked, and none allowed throws.
+  int32_t sample(std::span<const float> logits, std::span<const uint64_t> allowed = {});
+
+  // n_top >= 0: every sample() also computes last_logprobs() with the n_top most likely tokens
+  // (at most kMaxTopLogprobs); -1 (the default) turns it off.
+  static constexpr int kMaxTopLogprobs = 20;
+  void set_logprobs(int n_top);
+  const Logprobs& last_logprobs() const { return logprobs_; }
 
   // Records an emitted (or prompt) token for the penalties and DRY.
   void accept(int32_t token);
@@ -38,8 +59,12 @@ class Sampler {
   const Candidates& candidates() const { return cands_; }
 
  private:
-  void fill(std::span<const float> logits);
+  void fill(std::span<const float> logits, std::span<const uint64_t> allowed);
   int32_t draw();
+  int32_t run_chain();  // the steps of params_.order, then the draw
+  // Before the chain changes the candidates: log-sum-exp and the top tokens.
+  void start_logprobs();
+  void finish_logprobs(int32_t token, std::span<const float> logits);
 
   SamplingParams params_;
   int32_t n_vocab_;
@@ -53,6 +78,9 @@ class Sampler {
   Candidates cands_;
   std::vector<float> bias_;  // logit_bias by token id; empty when there is none
   StepScratch scratch_;
+  int n_top_logprobs_ = -1;
+  double log_sum_exp_ = 0.0;
+  Logprobs logprobs_;
 };
 
 }  // namespace moe::sampling

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -243,6 +244,82 @@ TEST(Sampler, RandomSeedIsResolved) {
   Sampler again(plain(s.seed()), 3);
   const std::vector<float> logits = {0, 0, 0};
   for (int i = 0; i < 20; ++i) ASSERT_EQ(s.sample(logits), again.sample(logits));
+}
+
+// A grammar's mask: only allowed tokens are ever drawn, whatever the chain and the seed.
+TEST(Sampler, MaskLimitsTheDraw) {
+  const int n_vocab = 300;
+  std::vector<uint64_t> mask((n_vocab + 63) / 64, 0);
+  const std::vector<int32_t> allowed = {3, 64, 65, 127, 299};
+  for (int32_t id : allowed) mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    Sampler s(plain(seed), n_vocab);
+    for (int step = 0; step < 10; ++step) {
+      const int32_t t = s.sample(logits_for(step, n_vocab), mask);
+      EXPECT_TRUE(std::find(allowed.begin(), allowed.end(), t) != allowed.end()) << t;
+    }
+  }
+  SamplingParams greedy = plain(1);
+  greedy.temp = 0.0f;
+  Sampler g(greedy, n_vocab);
+  const std::vector<float> l = logits_for(0, n_vocab);
+  int32_t best = allowed[0];
+  for (int32_t id : allowed) {
+    if (l[static_cast<size_t>(id)] > l[static_cast<size_t>(best)]) best = id;
+  }
+  EXPECT_EQ(g.sample(l, mask), best);
+  // Nothing allowed, or a mask of the wrong size: an error, never a token.
+  std::vector<uint64_t> none(mask.size(), 0);
+  EXPECT_NE(error_of([&] { g.sample(l, none); }).find("grammar allows no token"),
+            std::string::npos);
+  std::vector<uint64_t> short_mask(1, ~uint64_t{0});
+  EXPECT_NE(error_of([&] { g.sample(l, short_mask); }).find("token mask"), std::string::npos);
+}
+
+// logprobs against a double-precision log-softmax of fresh random logits (with a bias and a
+// mask): the top n in order, and the drawn token's own value.
+TEST(Sampler, LogprobsMatchADoubleReference) {
+  std::mt19937 rng(12345);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  const int n_vocab = 1000;
+  for (int trial = 0; trial < 5; ++trial) {
+    std::vector<float> l(static_cast<size_t>(n_vocab));
+    for (float& v : l) v = dist(rng);
+    SamplingParams p = plain(static_cast<uint32_t>(trial + 1));
+    p.top_k = 40;
+    p.logit_bias = {{5, 4.0f}, {6, -INFINITY}};
+    std::vector<uint64_t> mask((n_vocab + 63) / 64, ~uint64_t{0});
+    mask[0] &= ~(uint64_t{1} << 9);  // token 9 masked out
+    Sampler s(p, n_vocab);
+    s.set_logprobs(7);
+    const int32_t t = s.sample(l, mask);
+    std::vector<double> x(l.begin(), l.end());
+    x[5] += 4.0;
+    std::vector<int32_t> ids;
+    double m = -1e300;
+    for (int i = 0; i < n_vocab; ++i) {
+      if (i == 6 || i == 9) continue;
+      ids.push_back(i);
+      m = std::max(m, x[static_cast<size_t>(i)]);
+    }
+    double sum = 0;
+    for (int32_t i : ids) sum += std::exp(x[static_cast<size_t>(i)] - m);
+    const double lse = m + std::log(sum);
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+      return x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)] ||
+             (x[static_cast<size_t>(a)] == x[static_cast<size_t>(b)] && a < b);
+    });
+    const Logprobs& lp = s.last_logprobs();
+    ASSERT_EQ(lp.top.size(), 7u);
+    for (size_t k = 0; k < 7; ++k) {
+      EXPECT_EQ(lp.top[k].id, ids[k]);
+      EXPECT_NEAR(lp.top[k].logprob, x[static_cast<size_t>(ids[k])] - lse, 1e-4);
+    }
+    EXPECT_EQ(lp.token.id, t);
+    EXPECT_NEAR(lp.token.logprob, x[static_cast<size_t>(t)] - lse, 1e-4);
+  }
+  Sampler s(plain(1), 10);
+  EXPECT_NE(error_of([&] { s.set_logprobs(21); }).find("0..20"), std::string::npos);
 }
 
 }  // namespace
