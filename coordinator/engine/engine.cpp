@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "common/error.h"
 #include "coordinator/engine/stop_matcher.h"
@@ -223,6 +224,29 @@ void Engine::run_job(Job& job) {
   job.push(std::move(end));
 }
 
+const std::shared_ptr<const grammar::TokenBytes>& Engine::token_bytes() {
+  if (!token_bytes_) {
+    const int32_t n = tok_.n_vocab();
+    std::vector<std::string> bytes(static_cast<size_t>(n));
+    std::vector<grammar::TokenBytes::Kind> kinds(static_cast<size_t>(n));
+    for (int32_t id = 0; id < n; ++id) {
+      const auto type = tok_.vocab().type(id);
+      // Control tokens (<|im_start|>, ...) are structure, not text; user-defined ones such as
+      // Qwen's <tool_call> are text the grammar may spell.
+      kinds[static_cast<size_t>(id)] =
+          tok_.is_eog(id) ? grammar::TokenBytes::Kind::Eog
+          : type == tokenizer::TokenType::kControl || type == tokenizer::TokenType::kUnused
+              ? grammar::TokenBytes::Kind::Never
+              : grammar::TokenBytes::Kind::Text;
+      if (kinds[static_cast<size_t>(id)] == grammar::TokenBytes::Kind::Text) {
+        bytes[static_cast<size_t>(id)] = tok_.token_piece(id, true);
+      }
+    }
+    token_bytes_ = std::make_shared<grammar::TokenBytes>(std::move(bytes), std::move(kinds));
+  }
+  return token_bytes_;
+}
+
 JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
   const JobRequest& req = job.request();
   const Clock::time_point t_start = Clock::now();
@@ -269,7 +293,10 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
   dry_vocab.piece = [this](int32_t id) { return tok_.token_piece(id, true); };
   dry_vocab.tokenize = [this](std::string_view s) { return tok_.encode(s, true); };
   sampling::Sampler sampler(req.sampling, tok_.n_vocab(), &dry_vocab);
+  sampler.set_logprobs(req.top_logprobs);
   *seed_out = sampler.seed();
+  std::optional<grammar::GrammarMatcher> grammar;
+  if (req.grammar) grammar.emplace(req.grammar, token_bytes());
   for (int32_t t : req.prompt) sampler.accept(t);
 
   // The rest of the prompt in batches, checking for cancellation and serving probes between
@@ -303,14 +330,17 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
   auto emit = [&](std::vector<int32_t> tokens, std::string text) {
     if (tokens.empty() && text.empty()) return;
     JobEvent ev;
+    if (req.top_logprobs >= 0 && !tokens.empty()) ev.logprobs.push_back(sampler.last_logprobs());
     ev.tokens = std::move(tokens);
     ev.text = std::move(text);
     job.push(std::move(ev));
   };
   for (;;) {
     check();
-    const int32_t token = sampler.sample(logits_);
+    const int32_t token =
+        sampler.sample(logits_, grammar ? grammar->allowed() : std::span<const uint64_t>{});
     sampler.accept(token);
+    if (grammar && !tok_.is_eog(token)) grammar->accept(token);
     ++n_gen;
     progress->generated_tokens = n_gen;
     if (opt_.metrics != nullptr) {
@@ -331,6 +361,11 @@ JobEvent Engine::generate(Job& job, uint32_t* seed_out, Progress* progress) {
     if (step.stop) {
       fin.reason = FinishReason::StopString;
       fin.stop_string = *step.stop;
+      break;
+    }
+    // A complete grammar allows only the end: stop here rather than spend a forward on it.
+    if (grammar && grammar->must_end()) {
+      fin.reason = FinishReason::Eog;
       break;
     }
     if (req.max_tokens > 0 && n_gen >= req.max_tokens) {

@@ -32,8 +32,8 @@
 namespace moe::engine {
 
 struct EngineOptions {
-  int64_t n_ctx = 4096;  // per sequence
-  model::KvConfig kv;  // -ctk/-ctv, per-layer overrides, rotation
+  int64_t n_ctx = 4096;        // per sequence
+  model::KvConfig kv;          // -ctk/-ctv, per-layer overrides, rotation
   size_t queue_capacity = 16;  // waiting jobs, not counting the running one
   int64_t n_batch = 512;       // prompt tokens per forward
   // Called on the scheduler thread before each job and probe: restart dead workers. It throws
@@ -122,6 +122,10 @@ class Engine {
   std::optional<model::KvCache> probe_cache_;
 
   std::vector<float> logits_;
+  // The vocabulary as grammars see it: built at the first constrained job (its prefix tree takes a
+  // moment for 150k tokens), then shared by every matcher.
+  std::shared_ptr<const grammar::TokenBytes> token_bytes_;
+  const std::shared_ptr<const grammar::TokenBytes>& token_bytes();
   std::thread scheduler_;  // last: started once everything above exists
 };
 

@@ -9,11 +9,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "coordinator/grammar/grammar.h"
+#include "coordinator/sampling/sampler.h"
 #include "coordinator/sampling/sampler_params.h"
 
 namespace moe::engine {
@@ -30,6 +33,10 @@ struct JobRequest {
   // Reuse the prompt cache (the previous job's sequence) for the prompt's common prefix
   // (llama-server's cache_prompt; the logits match a cold evaluation within rounding).
   bool cache_prompt = true;
+  // Constrained output: the generated text is a sentence of this grammar (null: free text).
+  std::shared_ptr<const grammar::Grammar> grammar;
+  // -1: no log-probabilities; 0..20: each chunk carries its tokens' and this many alternatives'.
+  int top_logprobs = -1;
 };
 
 enum class FinishReason { Eog, Length, StopString, Context };
@@ -47,6 +54,7 @@ struct JobEvent {
   // Chunk
   std::vector<int32_t> tokens;
   std::string text;
+  std::vector<sampling::Logprobs> logprobs;  // one per token when the request asked for them
   // Finish
   FinishReason reason = FinishReason::Eog;
   std::string stop_string;

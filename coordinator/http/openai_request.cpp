@@ -140,7 +140,8 @@ void read_stop(const Json& body, v1::GenerateRequest& req) {
 
 // logit_bias as OpenAI sends it, {"token id": bias}, or as llama-server also takes it,
 // [[id, bias], ...]; a bias of false bans the token (-inf). Bounded before it is walked.
-void read_logit_bias(const Json& v, google::protobuf::Map<int32_t, float>& out) {
+void read_logit_bias(const Json& v, google::protobuf::Map<int32_t, float>& out,
+                     google::protobuf::Map<std::string, float>& texts) {
   if (!v.is_object() && !v.is_array()) {
     bad(not_a("logit_bias", "an object of token id -> bias", v), "logit_bias");
   }
@@ -154,7 +155,16 @@ void read_logit_bias(const Json& v, google::protobuf::Map<int32_t, float>& out) 
     if (!b.is_number()) bad(not_a(field, "a number or false", b), field);
     return b.get<float>();
   };
-  const auto token_id = [](const std::string& key, const std::string& field) {
+  // A key that is all digits is a token id; any other key is text whose tokens get the bias.
+  const auto put = [&](const std::string& key, float bias, const std::string& field) {
+    const size_t sign = !key.empty() && key[0] == '-' ? 1 : 0;
+    const bool digits =
+        key.size() > sign && key.find_first_not_of("0123456789", sign) == std::string::npos;
+    if (!digits) {
+      if (key.size() > 256) bad(field + ": the text is longer than 256 bytes", field);
+      texts[key] = bias;
+      return;
+    }
     size_t used = 0;
     long long id = -1;
     try {
@@ -162,25 +172,83 @@ void read_logit_bias(const Json& v, google::protobuf::Map<int32_t, float>& out) 
     } catch (const std::exception&) {
       used = 0;
     }
-    if (key.empty() || used != key.size() || id < 0 || id > INT32_MAX) {
+    if (used != key.size() || id < 0 || id > INT32_MAX) {
       bad(field + ": '" + key + "' is not a token id", field);
     }
-    return static_cast<int32_t>(id);
+    out[static_cast<int32_t>(id)] = bias;
   };
   if (v.is_object()) {
     for (auto it = v.begin(); it != v.end(); ++it) {
       const std::string field = "logit_bias[" + it.key() + "]";
-      out[token_id(it.key(), field)] = bias_of(it.value(), field);
+      put(it.key(), bias_of(it.value(), field), field);
     }
     return;
   }
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string field = "logit_bias[" + std::to_string(i) + "]";
     const Json& e = v[i];
-    if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer()) {
-      bad(not_a(field, "a [token id, bias] pair", e), field);
+    if (!e.is_array() || e.size() != 2 || !(e[0].is_number_integer() || e[0].is_string())) {
+      bad(not_a(field, "a [token id or text, bias] pair", e), field);
     }
-    out[token_id(std::to_string(e[0].get<int64_t>()), field)] = bias_of(e[1], field);
+    if (e[0].is_string()) {
+      const std::string& text = e[0].get_ref<const std::string&>();
+      if (text.empty()) bad(field + ": the text is empty", field);
+      if (text.size() > 256) bad(field + ": the text is longer than 256 bytes", field);
+      texts[text] = bias_of(e[1], field);
+    } else {
+      const int64_t id = e[0].get<int64_t>();
+      if (id < 0 || id > INT32_MAX) bad(field + ": " + e[0].dump() + " is not a token id", field);
+      out[static_cast<int32_t>(id)] = bias_of(e[1], field);
+    }
+  }
+}
+
+// Constrained output: OpenAI's response_format (text, json_object, json_schema; llama-server's
+// json_object with a "schema"), and llama.cpp's top-level json_schema and grammar. At most one.
+void read_constraint(const Json& body, v1::GenerateRequest& req) {
+  std::string set_by;
+  const auto claim = [&](const std::string& key) {
+    if (!set_by.empty()) bad(key + " and " + set_by + " cannot be combined", key);
+    set_by = key;
+  };
+  if (const Json* v = find(body, "response_format")) {
+    if (!v->is_object()) bad(not_a("response_format", "an object", *v), "response_format");
+    const Json* type = find(*v, "type");
+    if (type == nullptr) bad("response_format.type is required", "response_format.type");
+    const std::string& t = get_string(*type, "response_format.type");
+    if (t == "json_schema") {
+      const Json* js = find(*v, "json_schema");
+      if (js == nullptr || !js->is_object()) {
+        bad("response_format.json_schema must be an object with a schema",
+            "response_format.json_schema");
+      }
+      const Json* schema = find(*js, "schema");
+      if (schema == nullptr) {
+        bad("response_format.json_schema.schema is required", "response_format.json_schema.schema");
+      }
+      claim("response_format");
+      req.set_json_schema(schema->dump());
+    } else if (t == "json_object") {
+      claim("response_format");
+      if (const Json* schema = find(*v, "schema")) {
+        req.set_json_schema(schema->dump());
+      } else {
+        req.set_json_object(true);
+      }
+    } else if (t != "text") {
+      bad("response_format type '" + t + "' is not supported (text, json_object, json_schema)",
+          "response_format.type");
+    }
+  }
+  if (const Json* v = find(body, "json_schema")) {
+    claim("json_schema");
+    req.set_json_schema(v->dump());
+  }
+  if (const Json* v = find(body, "grammar")) {
+    if (!get_string(*v, "grammar").empty()) {
+      claim("grammar");
+      req.set_grammar(v->get<std::string>());
+    }
   }
 }
 
@@ -214,7 +282,10 @@ void read_sampling(const Json& body, v1::GenerateRequest& req) {
     }
     if (seed >= 0) req.set_seed(static_cast<uint32_t>(seed));
   }
-  if (const Json* v = find(body, "logit_bias")) read_logit_bias(*v, *s.mutable_logit_bias());
+  if (const Json* v = find(body, "logit_bias")) {
+    read_logit_bias(*v, *s.mutable_logit_bias(), *s.mutable_logit_bias_text());
+  }
+  read_constraint(body, req);
   if (const Json* v = find(body, "ignore_eos")) req.set_ignore_eos(get_bool(*v, "ignore_eos"));
   if (const Json* v = find(body, "cache_prompt")) {
     req.set_cache_prompt(get_bool(*v, "cache_prompt"));
@@ -241,24 +312,32 @@ void refuse_unsupported_common(const Json& body) {
   }
 }
 
+// logprobs (a boolean) and top_logprobs (0-20), OpenAI's chat shape.
+void read_chat_logprobs(const Json& body, v1::GenerateRequest& req) {
+  if (const Json* v = find(body, "logprobs")) req.set_logprobs(get_bool(*v, "logprobs"));
+  if (const Json* v = find(body, "top_logprobs")) {
+    const int64_t n = get_integer(*v, "top_logprobs");
+    if (n < 0 || n > 20) bad("top_logprobs = " + v->dump() + " is outside 0..20", "top_logprobs");
+    if (n > 0 && !req.logprobs()) bad("top_logprobs needs logprobs: true", "top_logprobs");
+    req.set_top_logprobs(static_cast<int32_t>(n));
+  }
+}
+
+// The completions API's logprobs: an integer, how many alternatives (llama-server's n_probs too).
+void read_text_logprobs(const Json& body, v1::GenerateRequest& req) {
+  for (const char* key : {"logprobs", "n_probs"}) {
+    const Json* v = find(body, key);
+    if (v == nullptr || (v->is_boolean() && !v->get<bool>())) continue;
+    const int64_t n = v->is_boolean() ? 0 : get_integer(*v, key);
+    if (n < 0 || n > 20) bad(std::string(key) + " = " + v->dump() + " is outside 0..20", key);
+    req.set_logprobs(true);
+    req.set_top_logprobs(static_cast<int32_t>(n));
+    return;
+  }
+}
+
 void refuse_unsupported_chat(const Json& body) {
   refuse_unsupported_common(body);
-  if (const Json* v = find(body, "logprobs")) {
-    if (get_bool(*v, "logprobs")) bad("logprobs is not supported", "logprobs");
-  }
-  if (const Json* v = find(body, "top_logprobs")) {
-    if (get_integer(*v, "top_logprobs") != 0) bad("top_logprobs is not supported", "top_logprobs");
-  }
-  if (const Json* v = find(body, "response_format")) {
-    if (!v->is_object()) bad(not_a("response_format", "an object", *v), "response_format");
-    const Json* type = find(*v, "type");
-    if (type == nullptr) bad("response_format.type is required", "response_format.type");
-    const std::string& t = get_string(*type, "response_format.type");
-    if (t != "text") {
-      bad("response_format type '" + t + "' is not supported (only 'text')",
-          "response_format.type");
-    }
-  }
   for (const char* key : {"functions", "function_call"}) {
     if (find(body, key) != nullptr) {
       bad(std::string(key) + " (deprecated) is not supported; use tools and tool_choice", key);
@@ -362,19 +441,35 @@ void read_message(const Json& m, const std::string& where, v1::ChatMessage& out)
   }
 }
 
-void read_tools(const Json& body, v1::ChatInput& chat) {
-  bool use_tools = true;
-  if (const Json* v = find(body, "tool_choice")) {
-    if (v->is_object()) {
-      bad("tool_choice naming a function is not supported (only 'auto' or 'none')", "tool_choice");
-    }
-    const std::string& choice = get_string(*v, "tool_choice");
-    if (choice == "none") {
-      use_tools = false;  // the model is not shown the tools, so it cannot call one
-    } else if (choice != "auto") {
-      bad("tool_choice '" + choice + "' is not supported (only 'auto' or 'none')", "tool_choice");
-    }
+// tool_choice: "auto", "none", "required", or {"type": "function", "function": {"name": N}}.
+void read_tool_choice(const Json& body, v1::ChatInput& chat) {
+  if (const Json* v = find(body, "parallel_tool_calls")) {
+    chat.set_parallel_tool_calls(get_bool(*v, "parallel_tool_calls"));
   }
+  const Json* v = find(body, "tool_choice");
+  if (v == nullptr) return;
+  if (v->is_object()) {
+    const Json* f = find(*v, "function");
+    const Json* name = f != nullptr && f->is_object() ? find(*f, "name") : nullptr;
+    if (name == nullptr) bad("tool_choice.function.name is required", "tool_choice.function.name");
+    const std::string& n = get_string(*name, "tool_choice.function.name");
+    if (n.empty() || n == "auto" || n == "none" || n == "required") {
+      bad("tool_choice.function.name '" + n + "' is not a function name",
+          "tool_choice.function.name");
+    }
+    chat.set_tool_choice(n);
+    return;
+  }
+  const std::string& choice = get_string(*v, "tool_choice");
+  if (choice != "none" && choice != "auto" && choice != "required") {
+    bad("tool_choice '" + choice + "' is not one of auto, none, required (or a function object)",
+        "tool_choice");
+  }
+  chat.set_tool_choice(choice);
+}
+
+void read_tools(const Json& body, v1::ChatInput& chat) {
+  read_tool_choice(body, chat);
   const Json* tools = find(body, "tools");
   if (tools == nullptr) return;
   if (!tools->is_array()) bad(not_a("tools", "an array", *tools), "tools");
@@ -394,7 +489,7 @@ void read_tools(const Json& body, v1::ChatInput& chat) {
     if (name == nullptr || get_string(*name, where + ".function.name").empty()) {
       bad(where + ".function.name is required", where + ".function.name");
     }
-    if (use_tools) chat.add_tools_json(t.dump());
+    chat.add_tools_json(t.dump());
   }
 }
 
@@ -436,6 +531,7 @@ v1::GenerateRequest chat_request(const Json& body, OpenAiOptions* opts) {
   read_tools(body, chat);
   read_chat_template_kwargs(body, chat);
   read_sampling(body, req);
+  read_chat_logprobs(body, req);
   if (opts != nullptr) *opts = std::move(o);
   return req;
 }
@@ -489,10 +585,6 @@ v1::GenerateRequest text_request(const Json& body, OpenAiOptions* opts) {
       bad("best_of = " + v->dump() + ": only best_of = 1 is supported", "best_of");
     }
   }
-  if (const Json* v = find(body, "logprobs")) {
-    // An integer (how many alternatives) in this API; false is taken as unset too.
-    if (!(v->is_boolean() && !v->get<bool>())) bad("logprobs is not supported", "logprobs");
-  }
   if (const Json* v = find(body, "suffix")) {
     if (!get_string(*v, "suffix").empty()) bad("suffix is not supported", "suffix");
   }
@@ -501,6 +593,7 @@ v1::GenerateRequest text_request(const Json& body, OpenAiOptions* opts) {
   v1::GenerateRequest req;
   read_prompt(body, req);
   read_sampling(body, req);
+  read_text_logprobs(body, req);
   if (opts != nullptr) *opts = std::move(o);
   return req;
 }

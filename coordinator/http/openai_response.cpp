@@ -134,6 +134,56 @@ nlohmann::ordered_json text_usage_chunk(std::string_view id, int64_t created,
   return j;
 }
 
+namespace {
+
+Json byte_list(const std::string& piece) {
+  Json b = Json::array();
+  for (unsigned char c : piece) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+Json entry(const v1::TokenLogprob& t) {
+  // "id" is llama-server's addition, so a client can bias or ban exactly this token.
+  return Json{{"id", t.id()},
+              {"token", t.piece()},
+              {"logprob", t.logprob()},
+              {"bytes", byte_list(t.piece())}};
+}
+
+}  // namespace
+
+nlohmann::ordered_json chat_logprobs(std::span<const v1::TokenLogprobs> lps) {
+  Json content = Json::array();
+  for (const v1::TokenLogprobs& lp : lps) {
+    Json e = entry(lp.token());
+    Json top = Json::array();
+    for (const v1::TokenLogprob& t : lp.top()) top.push_back(entry(t));
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return Json{{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+nlohmann::ordered_json text_logprobs(std::span<const v1::TokenLogprobs> lps, size_t& offset) {
+  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  for (const v1::TokenLogprobs& lp : lps) {
+    tokens.push_back(lp.token().piece());
+    token_lps.push_back(lp.token().logprob());
+    Json top = Json::object();
+    for (const v1::TokenLogprob& t : lp.top()) {
+      if (!top.contains(t.piece())) top[t.piece()] = t.logprob();  // pieces may repeat
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += lp.token().piece().size();
+  }
+  return Json{{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(token_lps)},
+              {"top_logprobs", std::move(tops)},
+              {"text_offset", std::move(offsets)}};
+}
+
 nlohmann::ordered_json error_body(const HttpError& e) {
   return Json{{"error",
                {{"message", e.what()},

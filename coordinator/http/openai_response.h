@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -85,6 +86,15 @@ nlohmann::ordered_json text_usage_chunk(std::string_view id, int64_t created,
 
 // {"error": {"message", "type", "param" (null when none), "code" (the HTTP status, as
 // llama-server sends it)}}.
+// OpenAI's chat logprobs object, {"content": [{token, logprob, bytes, top_logprobs}, ...]}, for
+// these tokens (a response's or one chunk's).
+nlohmann::ordered_json chat_logprobs(std::span<const v1::TokenLogprobs> lps);
+
+// The completions API's logprobs object, {"tokens", "token_logprobs", "top_logprobs",
+// "text_offset"}; `offset` is the first token's byte offset in the completion and is advanced
+// past these tokens.
+nlohmann::ordered_json text_logprobs(std::span<const v1::TokenLogprobs> lps, size_t& offset);
+
 nlohmann::ordered_json error_body(const HttpError& e);
 
 // GET /v1/models: {"object": "list", "data": [{"id", "object": "model", "created",

@@ -93,6 +93,9 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const v1::Gen
         v1::Chunk& c = *resp.mutable_chunk();
         for (int32_t t : ev->tokens) c.add_token_ids(t);
         c.set_text(std::move(ev->text));
+        for (const sampling::Logprobs& lp : ev->logprobs) {
+          *c.add_logprobs() = logprobs_to_proto(lp, *state_.limits.tok);
+        }
         if (!writer->Write(resp)) {
           job->cancel();
           return {grpc::StatusCode::CANCELLED, "the stream was closed"};

@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bounded_json.h"
+#include "coordinator/sampling/sampler.h"
 #include "coordinator/sampling/sampler_params.h"
+#include "coordinator/server/request_grammar.h"
 #include "coordinator/tokenizer/utf8.h"
 
 namespace moe::server {
@@ -67,6 +69,26 @@ void apply_sampling(const v1::SamplingParams& s, sampling::SamplingParams& p) {
   }
 }
 
+// llama-server's logit_bias by text: the bias goes to each token of the text.
+void apply_bias_texts(const v1::SamplingParams& s, const tokenizer::Tokenizer& tok,
+                      sampling::SamplingParams& p) {
+  if (s.logit_bias_text_size() == 0) return;
+  if (static_cast<size_t>(s.logit_bias_size() + s.logit_bias_text_size()) >
+      sampling::kMaxLogitBias) {
+    throw BadRequest("sampling.logit_bias has more than " +
+                     std::to_string(sampling::kMaxLogitBias) + " entries");
+  }
+  for (const auto& [text, bias] : s.logit_bias_text()) {
+    if (text.empty() || text.size() > 256) {
+      throw BadRequest("sampling.logit_bias_text: a text must have 1 to 256 bytes");
+    }
+    require_utf8(text, "sampling.logit_bias_text");
+    for (int32_t id : tok.encode(text, /*parse_special=*/false))
+      p.logit_bias.emplace_back(id, bias);
+  }
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());
+}
+
 }  // namespace
 
 void require_utf8(const std::string& text, const std::string& field) {
@@ -126,7 +148,10 @@ ChatTemplateInputs chat_inputs(const v1::ChatInput& chat, const ModelLimits& m,
     if (!msg.name().empty()) j["name"] = msg.name();
     in.messages.push_back(std::move(j));
   }
-  if (chat.tools_json_size() > 0) {
+  if (chat.tool_choice().size() > 256) throw BadRequest("chat.tool_choice is over 256 bytes");
+  require_utf8(chat.tool_choice(), "chat.tool_choice");
+  // "none": the model is not shown the tools, so it cannot call one.
+  if (chat.tools_json_size() > 0 && chat.tool_choice() != "none") {
     in.tools = nlohmann::ordered_json::array();
     for (int i = 0; i < chat.tools_json_size(); ++i) {
       in.tools.push_back(
@@ -164,6 +189,7 @@ std::vector<int32_t> tokenize_prompt(const std::string& text, const tokenizer::T
 engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLimits& m) {
   const tokenizer::Tokenizer& tok = *m.tok;
   engine::JobRequest out;
+  ThinkMode think = ThinkMode::None;
   switch (req.input_case()) {
     case v1::GenerateRequest::kText:
       if (req.text().empty()) throw BadRequest("text is empty");
@@ -183,9 +209,12 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
       out.prompt.assign(ids.begin(), ids.end());
       break;
     }
-    case v1::GenerateRequest::kChat:
-      out.prompt = tokenize_prompt(render_chat(req.chat(), m, true), tok);
+    case v1::GenerateRequest::kChat: {
+      const std::string text = render_chat(req.chat(), m, true);
+      out.prompt = tokenize_prompt(text, tok);
+      think = think_mode(text, true);
       break;
+    }
     default:
       throw BadRequest("the request has no input: set text, tokens or chat");
   }
@@ -213,14 +242,21 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
   }
   out.ignore_eos = req.ignore_eos();
   out.cache_prompt = !req.has_cache_prompt() || req.cache_prompt();
+  if (req.top_logprobs() < 0 || req.top_logprobs() > sampling::Sampler::kMaxTopLogprobs) {
+    throw BadRequest("top_logprobs = " + std::to_string(req.top_logprobs()) + " is outside 0.." +
+                     std::to_string(sampling::Sampler::kMaxTopLogprobs));
+  }
+  if (req.top_logprobs() > 0 && !req.logprobs()) {
+    throw BadRequest("top_logprobs needs logprobs = true");
+  }
+  out.top_logprobs = req.logprobs() ? req.top_logprobs() : -1;
+  out.grammar = request_grammar(req, think);
   try {
-    if (m.default_sampling != nullptr) {
-      v1::SamplingParams merged = *m.default_sampling;
-      merged.MergeFrom(req.sampling());  // the request's own settings win
-      apply_sampling(merged, out.sampling);
-    } else {
-      apply_sampling(req.sampling(), out.sampling);
-    }
+    v1::SamplingParams merged;
+    if (m.default_sampling != nullptr) merged = *m.default_sampling;
+    merged.MergeFrom(req.sampling());  // the request's own settings win
+    apply_sampling(merged, out.sampling);
+    apply_bias_texts(merged, tok, out.sampling);
     out.sampling.seed = req.has_seed()   ? req.seed()
                         : m.default_seed ? *m.default_seed
                                          : sampling::kRandomSeed;
@@ -237,6 +273,18 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
     const std::string what = e.what();
     throw BadRequest(what.rfind("sampling: ", 0) == 0 ? what : "sampling: " + what);
   }
+  return out;
+}
+
+v1::TokenLogprobs logprobs_to_proto(const sampling::Logprobs& lp, const tokenizer::Tokenizer& tok) {
+  v1::TokenLogprobs out;
+  auto fill = [&](const sampling::TokenLogprob& t, v1::TokenLogprob& p) {
+    p.set_id(t.id);
+    p.set_piece(tok.token_piece(t.id, true));
+    p.set_logprob(t.logprob);
+  };
+  fill(lp.token, *out.mutable_token());
+  for (const sampling::TokenLogprob& t : lp.top) fill(t, *out.add_top());
   return out;
 }
 

@@ -51,4 +51,7 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
 // The other direction, shared by the gRPC and HTTP front ends: how a job ended, as the API says it.
 v1::FinishReason finish_reason_to_proto(engine::FinishReason r);
 
+// A generated token's log-probabilities with each token's bytes.
+v1::TokenLogprobs logprobs_to_proto(const sampling::Logprobs& lp, const tokenizer::Tokenizer& tok);
+
 }  // namespace moe::server

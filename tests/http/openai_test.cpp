@@ -1,4 +1,4 @@
-// The OpenAI-compatible request translation (every field, every refusal) and the response shapes.
+// The OpenAI-compatible request translation: every field, every refusal.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,7 +9,6 @@
 #include <string>
 
 #include "coordinator/http/openai_request.h"
-#include "coordinator/http/openai_response.h"
 
 namespace moe::http {
 namespace {
@@ -171,21 +170,36 @@ TEST(ChatRequest, ToolsAreForwardedAsJsonTextInOrder) {
   EXPECT_EQ(r.chat().tools_json(1), R"({"type":"function","function":{"name":"b"}})");
 }
 
-TEST(ChatRequest, ToolChoiceNoneHidesTheTools) {
+TEST(ChatRequest, ToolChoiceNoneIsForwarded) {
   const v1::GenerateRequest r =
       chat_req(chat(R"("tools": [{"type": "function", "function": {"name": "f"}}],
                        "tool_choice": "none")"));
-  EXPECT_EQ(r.chat().tools_json_size(), 0);
-  // ... but they are still checked.
+  // The validator leaves them out of the prompt; here they are still checked.
+  EXPECT_EQ(r.chat().tool_choice(), "none");
   expect_bad_chat(R"("tools": [{"type": "function", "function": {}}], "tool_choice": "none")",
                   "tools[0].function.name is required", "tools[0].function.name");
 }
 
+TEST(ChatRequest, ToolChoiceRequiredOrNamedAndParallelCalls) {
+  EXPECT_EQ(chat_req(chat(R"("tool_choice": "required")")).chat().tool_choice(), "required");
+  EXPECT_EQ(chat_req(chat(R"("tool_choice": "auto")")).chat().tool_choice(), "auto");
+  const v1::GenerateRequest r = chat_req(chat(
+      R"("tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": false)"));
+  EXPECT_EQ(r.chat().tool_choice(), "f");
+  ASSERT_TRUE(r.chat().has_parallel_tool_calls());
+  EXPECT_FALSE(r.chat().parallel_tool_calls());
+  EXPECT_FALSE(chat_req(chat()).chat().has_parallel_tool_calls());
+}
+
 TEST(ChatRequest, ToolErrors) {
-  expect_bad_chat(R"("tool_choice": "required")", "tool_choice 'required' is not supported",
+  expect_bad_chat(R"("tool_choice": "always")", "tool_choice 'always' is not one of",
                   "tool_choice");
-  expect_bad_chat(R"("tool_choice": {"type": "function", "function": {"name": "f"}})",
-                  "tool_choice naming a function is not supported", "tool_choice");
+  expect_bad_chat(R"("tool_choice": {"type": "function"})", "tool_choice.function.name is required",
+                  "tool_choice.function.name");
+  expect_bad_chat(R"("tool_choice": {"type": "function", "function": {"name": "none"}})",
+                  "is not a function name", "tool_choice.function.name");
+  expect_bad_chat(R"("parallel_tool_calls": 1)", "parallel_tool_calls must be a boolean",
+                  "parallel_tool_calls");
   expect_bad_chat(R"("tool_choice": 3)", "tool_choice must be a string, not number", "tool_choice");
   expect_bad_chat(R"("tools": {"type": "function"})", "tools must be an array, not object",
                   "tools");
@@ -380,13 +394,6 @@ TEST(ChatRequest, UnknownTopLevelKeysAreIgnored) {
 TEST(ChatRequest, UnsupportedFeaturesAreRefused) {
   expect_bad_chat(R"("n": 2)", "only n = 1 is supported", "n");
   expect_bad_chat(R"("n": 0)", "only n = 1 is supported", "n");
-  expect_bad_chat(R"("logprobs": true)", "logprobs is not supported", "logprobs");
-  expect_bad_chat(R"("top_logprobs": 3)", "top_logprobs is not supported", "top_logprobs");
-  expect_bad_chat(
-      R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})",
-      "response_format type 'json_schema' is not supported", "response_format.type");
-  expect_bad_chat(R"("response_format": {"type": "json_object"})",
-                  "response_format type 'json_object' is not supported", "response_format.type");
   expect_bad_chat(R"("response_format": "json")", "response_format must be an object",
                   "response_format");
   expect_bad_chat(R"("response_format": {})", "response_format.type is required",
@@ -582,8 +589,6 @@ TEST(CompletionRequest, UnsupportedFeaturesAreRefused) {
   expect_bad_text(R"("echo": true)", "echo is not supported", "echo");
   expect_bad_text(R"("echo": "yes")", "echo must be a boolean, not string", "echo");
   expect_bad_text(R"("best_of": 3)", "only best_of = 1 is supported", "best_of");
-  expect_bad_text(R"("logprobs": 2)", "logprobs is not supported", "logprobs");
-  expect_bad_text(R"("logprobs": true)", "logprobs is not supported", "logprobs");
   expect_bad_text(R"("suffix": "end")", "suffix is not supported", "suffix");
   expect_bad_text(R"("n": 4)", "only n = 1 is supported", "n");
   EXPECT_EQ(text_req(text(R"("logprobs": false)")).text(), "Once upon a time");
@@ -600,12 +605,74 @@ TEST(ChatRequest, LogitBiasInBothSpellings) {
   ASSERT_EQ(b.sampling().logit_bias_size(), 2);
   EXPECT_EQ(b.sampling().logit_bias().at(3), 1.5f);
   EXPECT_EQ(b.sampling().logit_bias().at(9), -INFINITY);
-  expect_bad_chat(R"("logit_bias": {"x": 1})", "'x' is not a token id", "logit_bias[x]");
   expect_bad_chat(R"("logit_bias": {"-3": 1})", "'-3' is not a token id", "logit_bias[-3]");
   expect_bad_chat(R"("logit_bias": {"3": "a lot"})", "logit_bias[3] must be a number or false",
                   "logit_bias[3]");
-  expect_bad_text(R"("logit_bias": [[3]])", "a [token id, bias] pair", "logit_bias[0]");
+  expect_bad_text(R"("logit_bias": [[3]])", "a [token id or text, bias] pair", "logit_bias[0]");
   expect_bad_text(R"("logit_bias": 5)", "logit_bias must be an object", "logit_bias");
+}
+
+// llama-server's logit_bias by text: keys that are not integers, or strings in the array form.
+TEST(ChatRequest, LogitBiasByText) {
+  const v1::GenerateRequest a = chat_req(chat(R"("logit_bias": {"hello": -1, "12": 3})"));
+  EXPECT_EQ(a.sampling().logit_bias().at(12), 3.0f);
+  EXPECT_EQ(a.sampling().logit_bias_text().at("hello"), -1.0f);
+  const v1::GenerateRequest b = text_req(text(R"("logit_bias": [[" world", false], [4, 1]])"));
+  EXPECT_EQ(b.sampling().logit_bias_text().at(" world"), -INFINITY);
+  EXPECT_EQ(b.sampling().logit_bias().at(4), 1.0f);
+  expect_bad_text(R"("logit_bias": [["", 1]])", "the text is empty", "logit_bias[0]");
+  expect_bad_chat(R"("logit_bias": {")" + std::string(300, 'a') + R"(": 1})",
+                  "longer than 256 bytes", "logit_bias[" + std::string(300, 'a') + "]");
+}
+
+TEST(ChatRequest, Logprobs) {
+  const v1::GenerateRequest r = chat_req(chat(R"("logprobs": true, "top_logprobs": 5)"));
+  EXPECT_TRUE(r.logprobs());
+  EXPECT_EQ(r.top_logprobs(), 5);
+  EXPECT_FALSE(chat_req(chat(R"("logprobs": false)")).logprobs());
+  expect_bad_chat(R"("top_logprobs": 3)", "top_logprobs needs logprobs: true", "top_logprobs");
+  expect_bad_chat(R"("logprobs": true, "top_logprobs": 21)", "outside 0..20", "top_logprobs");
+  expect_bad_chat(R"("logprobs": 2)", "logprobs must be a boolean", "logprobs");
+}
+
+TEST(CompletionRequest, LogprobsIsHowManyAlternatives) {
+  const v1::GenerateRequest r = text_req(text(R"("logprobs": 3)"));
+  EXPECT_TRUE(r.logprobs());
+  EXPECT_EQ(r.top_logprobs(), 3);
+  const v1::GenerateRequest n = text_req(text(R"("n_probs": 2)"));
+  EXPECT_EQ(n.top_logprobs(), 2);
+  EXPECT_FALSE(text_req(text(R"("logprobs": false)")).logprobs());
+  expect_bad_text(R"("logprobs": 30)", "outside 0..20", "logprobs");
+}
+
+// response_format (text, json_object with or without llama-server's schema, json_schema) and
+// llama.cpp's json_schema and grammar keys: at most one of them.
+TEST(ChatRequest, Constraints) {
+  EXPECT_EQ(chat_req(chat(R"("response_format": {"type": "text"})")).constraint_case(),
+            v1::GenerateRequest::CONSTRAINT_NOT_SET);
+  EXPECT_TRUE(chat_req(chat(R"("response_format": {"type": "json_object"})")).json_object());
+  const v1::GenerateRequest s = chat_req(chat(
+      R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}}})"));
+  EXPECT_EQ(nlohmann::json::parse(s.json_schema()), nlohmann::json::parse(R"({"type":"integer"})"));
+  const v1::GenerateRequest o = chat_req(
+      chat(R"("response_format": {"type": "json_object", "schema": {"type": "boolean"}})"));
+  EXPECT_EQ(o.json_schema(), R"({"type":"boolean"})");
+  EXPECT_EQ(chat_req(chat(R"("json_schema": {"type": "null"})")).json_schema(),
+            R"({"type":"null"})");
+  EXPECT_EQ(text_req(text(R"("grammar": "root ::= \"a\"")")).grammar(), "root ::= \"a\"");
+  EXPECT_EQ(text_req(text(R"("grammar": "")")).constraint_case(),
+            v1::GenerateRequest::CONSTRAINT_NOT_SET);
+  expect_bad_chat(R"("response_format": {"type": "yaml"})",
+                  "response_format type 'yaml' is not supported", "response_format.type");
+  expect_bad_chat(R"("response_format": {"type": "json_schema"})",
+                  "response_format.json_schema must be an object", "response_format.json_schema");
+  expect_bad_chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})",
+                  "response_format.json_schema.schema is required",
+                  "response_format.json_schema.schema");
+  expect_bad_chat(R"("response_format": {"type": "json_object"}, "grammar": "root ::= \"a\"")",
+                  "grammar and response_format cannot be combined", "grammar");
+  expect_bad_text(R"("json_schema": {}, "grammar": "root ::= \"a\"")",
+                  "grammar and json_schema cannot be combined", "grammar");
 }
 
 TEST(CompletionRequest, PlainJsonOverload) {
@@ -616,156 +683,6 @@ TEST(CompletionRequest, PlainJsonOverload) {
 
 // ---------------------------------------------------------------------------------------------
 // Errors
-
-TEST(HttpError, TypeFollowsStatus) {
-  EXPECT_EQ(error_type_for_status(400), "invalid_request_error");
-  EXPECT_EQ(error_type_for_status(401), "authentication_error");
-  EXPECT_EQ(error_type_for_status(403), "permission_error");
-  EXPECT_EQ(error_type_for_status(404), "not_found_error");
-  EXPECT_EQ(error_type_for_status(413), "invalid_request_error");
-  EXPECT_EQ(error_type_for_status(429), "rate_limit_error");
-  EXPECT_EQ(error_type_for_status(500), "server_error");
-  EXPECT_EQ(error_type_for_status(501), "not_supported_error");
-  EXPECT_EQ(error_type_for_status(503), "unavailable_error");
-  const HttpError e(401, "Invalid API Key");
-  EXPECT_EQ(e.status, 401);
-  EXPECT_EQ(e.type, "authentication_error");
-  EXPECT_FALSE(e.param.has_value());
-  EXPECT_STREQ(e.what(), "Invalid API Key");
-  const HttpError c(400, "too long", "messages", "exceed_context_size_error");
-  EXPECT_EQ(c.type, "exceed_context_size_error");
-  EXPECT_EQ(c.param, "messages");
-  // It is a moe::Error, so generic handlers catch it.
-  EXPECT_THROW(throw HttpError(503, "busy"), moe::Error);
-}
-
-TEST(Response, ErrorBody) {
-  EXPECT_EQ(
-      error_body(HttpError(400, "temperature must be a number, not string", "temperature")).dump(),
-      R"({"error":{"message":"temperature must be a number, not string",)"
-      R"("type":"invalid_request_error","param":"temperature","code":400}})");
-  EXPECT_EQ(error_body(HttpError(404, "File Not Found")).dump(),
-            R"({"error":{"message":"File Not Found","type":"not_found_error","param":null,)"
-            R"("code":404}})");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Responses
-
-TEST(Response, FinishReasonName) {
-  EXPECT_EQ(finish_reason_name(v1::FINISH_REASON_EOG, false), "stop");
-  EXPECT_EQ(finish_reason_name(v1::FINISH_REASON_STOP_STRING, false), "stop");
-  EXPECT_EQ(finish_reason_name(v1::FINISH_REASON_EOG, true), "tool_calls");
-  EXPECT_EQ(finish_reason_name(v1::FINISH_REASON_STOP_STRING, true), "tool_calls");
-  EXPECT_EQ(finish_reason_name(v1::FINISH_REASON_LENGTH, false), "length");
-  EXPECT_EQ(finish_reason_name(v1::FINISH_REASON_LENGTH, true), "length");
-  EXPECT_EQ(finish_reason_name(v1::FINISH_REASON_CONTEXT, false), "length");
-  EXPECT_EQ(finish_reason_name(v1::FINISH_REASON_UNSPECIFIED, false), "stop");
-}
-
-TEST(Response, UsageOfFinish) {
-  v1::Finish f;
-  f.set_prompt_tokens(12);
-  f.set_completion_tokens(30);
-  f.set_cached_tokens(9);
-  const Usage u = usage_of(f);
-  EXPECT_EQ(u.prompt_tokens, 12);
-  EXPECT_EQ(u.completion_tokens, 30);
-  EXPECT_EQ(u.cached_tokens, 9);
-  EXPECT_EQ(usage_json(u).dump(), R"({"prompt_tokens":12,"completion_tokens":30,"total_tokens":42,)"
-                                  R"("prompt_tokens_details":{"cached_tokens":9}})");
-}
-
-TEST(Response, ChatCompletionPlain) {
-  ParsedDelta all;
-  all.content = "Hello!";
-  EXPECT_EQ(
-      chat_completion("chatcmpl-1", 1700000000, "qwen3", all, "stop", {5, 2}).dump(),
-      R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,)"
-      R"("model":"qwen3","choices":[{"index":0,"message":{"role":"assistant",)"
-      R"("content":"Hello!"},"logprobs":null,"finish_reason":"stop"}],)"
-      R"("usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}})");
-}
-
-TEST(Response, ChatCompletionWithReasoningAndToolCalls) {
-  ParsedDelta all;
-  all.reasoning = "Need the weather.";
-  all.tool_calls.push_back({"call_a", "get_weather", R"({"city":"Paris"})"});
-  all.tool_calls.push_back({"call_b", "get_time", "{}"});
-  const J j = chat_completion("c", 1, "m", all, "tool_calls", {1, 1});
-  const J& msg = j["choices"][0]["message"];
-  EXPECT_EQ(msg.dump(),
-            R"({"role":"assistant","content":null,"reasoning_content":"Need the weather.",)"
-            R"("tool_calls":[{"id":"call_a","type":"function","function":{"name":"get_weather",)"
-            R"("arguments":"{\"city\":\"Paris\"}"}},{"id":"call_b","type":"function",)"
-            R"("function":{"name":"get_time","arguments":"{}"}}]})");
-  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
-
-  // Empty content without tool calls is "", not null.
-  const J empty = chat_completion("c", 1, "m", ParsedDelta{}, "length", {1, 0});
-  EXPECT_EQ(empty["choices"][0]["message"].dump(), R"({"role":"assistant","content":""})");
-}
-
-TEST(Response, ChatDelta) {
-  EXPECT_EQ(chat_delta(ParsedDelta{}, true, 0).dump(), R"({"role":"assistant"})");
-  EXPECT_EQ(chat_delta(ParsedDelta{}, false, 0).dump(), "{}");
-  ParsedDelta d;
-  d.content = "Hi";
-  d.reasoning = "hmm";
-  EXPECT_EQ(chat_delta(d, false, 0).dump(), R"({"content":"Hi","reasoning_content":"hmm"})");
-  ParsedDelta calls;
-  calls.tool_calls.push_back({"call_x", "f", R"({"a":1})"});
-  calls.tool_calls.push_back({"call_y", "g", "{}"});
-  EXPECT_EQ(chat_delta(calls, false, 2).dump(),
-            R"({"tool_calls":[{"index":2,"id":"call_x","type":"function",)"
-            R"("function":{"name":"f","arguments":"{\"a\":1}"}},)"
-            R"({"index":3,"id":"call_y","type":"function","function":{"name":"g",)"
-            R"("arguments":"{}"}}]})");
-}
-
-TEST(Response, ChatChunk) {
-  ParsedDelta d;
-  d.content = "Hel";
-  EXPECT_EQ(chat_chunk("chatcmpl-9", 42, "qwen3", chat_delta(d, true, 0), std::nullopt).dump(),
-            R"({"id":"chatcmpl-9","object":"chat.completion.chunk","created":42,)"
-            R"("model":"qwen3","choices":[{"index":0,"delta":{"role":"assistant",)"
-            R"("content":"Hel"},"logprobs":null,"finish_reason":null}]})");
-  const J last = chat_chunk("chatcmpl-9", 42, "qwen3", J::object(), "stop", Usage{3, 4});
-  EXPECT_EQ(last["choices"][0]["delta"].dump(), "{}");
-  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(last["usage"]["total_tokens"], 7);
-  EXPECT_FALSE(chat_chunk("i", 1, "m", J::object(), "stop").contains("usage"));
-  EXPECT_EQ(
-      chat_usage_chunk("chatcmpl-9", 42, "qwen3", {3, 4}).dump(),
-      R"({"id":"chatcmpl-9","object":"chat.completion.chunk","created":42,)"
-      R"("model":"qwen3","choices":[],)"
-      R"("usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}})");
-}
-
-TEST(Response, TextCompletionAndChunks) {
-  EXPECT_EQ(
-      text_completion("cmpl-1", 7, "tiny", " there was", "length", {4, 3}).dump(),
-      R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",)"
-      R"("choices":[{"text":" there was","index":0,"logprobs":null,)"
-      R"("finish_reason":"length"}],)"
-      R"("usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}})");
-  EXPECT_EQ(text_chunk("cmpl-1", 7, "tiny", " there", std::nullopt).dump(),
-            R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",)"
-            R"("choices":[{"text":" there","index":0,"logprobs":null,"finish_reason":null}]})");
-  const J last = text_chunk("cmpl-1", 7, "tiny", "", "stop", Usage{1, 2});
-  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(last["usage"]["completion_tokens"], 2);
-  EXPECT_EQ(
-      text_usage_chunk("cmpl-1", 7, "tiny", {1, 2}).dump(),
-      R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",)"
-      R"("choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}})");
-}
-
-TEST(Response, ModelsList) {
-  EXPECT_EQ(models_list("tiny-qwen3moe", 1700000000).dump(),
-            R"({"object":"list","data":[{"id":"tiny-qwen3moe","object":"model",)"
-            R"("created":1700000000,"owned_by":"moe-runtime"}]})");
-}
 
 }  // namespace
 }  // namespace moe::http

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "tests/server/coordinator_harness.h"
@@ -273,6 +274,76 @@ TEST_F(Api, LogitBiasBansAndForcesTokens) {
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(refused.status.error_message().find("outside the vocabulary"), std::string::npos)
       << refused.status.error_message();
+}
+
+// Constrained output over gRPC: a GBNF grammar and a JSON Schema shape the text exactly, and the
+// generation ends when the grammar is complete; a bad grammar is INVALID_ARGUMENT naming it.
+TEST_F(Api, GrammarsAndSchemasConstrainTheOutput) {
+  v1::GenerateRequest req = text_request("Answer:", 64);
+  req.set_grammar(R"(root ::= "The answer is " ("yes" | "no") ", " [0-9]{1,3} ".")");
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    req.set_seed(seed);
+    const StreamResult r = run_stream(*coord_->gen, req);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_TRUE(std::regex_match(r.text, std::regex("The answer is (yes|no), [0-9]{1,3}\\.")))
+        << r.text;
+    EXPECT_EQ(r.finish.reason(), v1::FINISH_REASON_EOG);
+  }
+  v1::GenerateRequest js = text_request("Data:", 200);
+  js.set_json_schema(R"({"type": "object", "additionalProperties": false, "required": ["n", "ok"],
+                         "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}})");
+  const StreamResult j = run_stream(*coord_->gen, js);
+  ASSERT_TRUE(j.status.ok()) << j.status.error_message();
+  const nlohmann::json doc = nlohmann::json::parse(j.text);
+  EXPECT_TRUE(doc.at("n").is_number_integer()) << j.text;
+  EXPECT_TRUE(doc.at("ok").is_boolean()) << j.text;
+  EXPECT_EQ(doc.size(), 2u);
+  for (const char* bad : {"root ::= nothing-here", "root ::= [a-", "root ::= root \"x\""}) {
+    v1::GenerateRequest b = text_request("x", 4);
+    b.set_grammar(bad);
+    const StreamResult r = run_stream(*coord_->gen, b);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(r.status.error_message().find("grammar"), std::string::npos)
+        << r.status.error_message();
+  }
+  v1::GenerateRequest schema = text_request("x", 4);
+  schema.set_json_schema(R"({"type": "string", "pattern": "a+"})");
+  const StreamResult r = run_stream(*coord_->gen, schema);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(r.status.error_message().find("json_schema"), std::string::npos)
+      << r.status.error_message();
+}
+
+// Each chunk carries its tokens' log-probabilities: greedy picks the first of the top list, which
+// is in descending order and sums to at most one.
+TEST_F(Api, LogprobsComeWithEveryToken) {
+  v1::GenerateRequest req = text_request("The capital of France is", 6);
+  req.mutable_sampling()->set_temperature(0.0f);
+  req.set_ignore_eos(true);
+  req.set_logprobs(true);
+  req.set_top_logprobs(4);
+  const StreamResult r = run_stream(*coord_->gen, req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.logprobs.size(), r.tokens.size());
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    const v1::TokenLogprobs& lp = r.logprobs[i];
+    EXPECT_EQ(lp.token().id(), r.tokens[i]);
+    ASSERT_EQ(lp.top_size(), 4);
+    EXPECT_EQ(lp.top(0).id(), lp.token().id());
+    EXPECT_FLOAT_EQ(lp.top(0).logprob(), lp.token().logprob());
+    double sum = 0;
+    for (int k = 0; k < lp.top_size(); ++k) {
+      EXPECT_LE(lp.top(k).logprob(), 0.0f);
+      if (k > 0) {
+        EXPECT_LE(lp.top(k).logprob(), lp.top(k - 1).logprob());
+      }
+      EXPECT_FALSE(lp.top(k).piece().empty());
+      sum += std::exp(lp.top(k).logprob());
+    }
+    EXPECT_LE(sum, 1.0 + 1e-5);
+  }
+  req.set_top_logprobs(21);
+  EXPECT_EQ(run_stream(*coord_->gen, req).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(Api, StopStringsEndGenerationAndAreNotSent) {

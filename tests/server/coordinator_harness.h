@@ -165,6 +165,7 @@ struct StreamResult {
   bool finished = false;
   v1::Finish finish;
   int chunks = 0;
+  std::vector<v1::TokenLogprobs> logprobs;
 };
 
 // Reads a Generate stream to its end; `on_chunk` (optional) sees each chunk and may cancel.
@@ -179,6 +180,7 @@ StreamResult run_stream(v1::Generation::Stub& stub, const v1::GenerateRequest& r
       ++r.chunks;
       for (int32_t t : resp.chunk().token_ids()) r.tokens.push_back(t);
       r.text += resp.chunk().text();
+      for (const v1::TokenLogprobs& lp : resp.chunk().logprobs()) r.logprobs.push_back(lp);
       on_chunk(r);
     } else if (resp.has_finish()) {
       r.finished = true;
