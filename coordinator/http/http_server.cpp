@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -21,6 +22,7 @@
 #include "coordinator/http/openai_response.h"
 #include "coordinator/http/peer_socket.h"
 #include "coordinator/http/qwen_output_parser.h"
+#include "coordinator/http/webui_route.h"
 #include "coordinator/server/request_validation.h"
 #include "coordinator/tokenizer/tokenizer.h"
 
@@ -162,7 +164,18 @@ bool HttpServer::admit_origin_and_host(const httplib::Request& req, httplib::Res
   }
   if (!req.has_header("Origin")) return true;  // not from a browser page
   const std::string origin = req.get_header_value("Origin");
-  const bool allowed = std::find(opt_.cors_origins.begin(), opt_.cors_origins.end(), "*") !=
+  // The chat page's own calls: its origin is this server's (scheme and the Host it was loaded
+  // from, which on a loopback server was checked to be a loopback name above).
+  const std::string self = std::string(opt_.ssl_cert_file.empty() ? "http" : "https") + "://" +
+                           req.get_header_value("Host");
+  const auto same = [](const std::string& a, const std::string& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) ==
+                    std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  const bool allowed = (opt_.webui && req.has_header("Host") && same(origin, self)) ||
+                       std::find(opt_.cors_origins.begin(), opt_.cors_origins.end(), "*") !=
                            opt_.cors_origins.end() ||
                        std::find(opt_.cors_origins.begin(), opt_.cors_origins.end(), origin) !=
                            opt_.cors_origins.end();
@@ -186,14 +199,16 @@ bool HttpServer::admit_origin_and_host(const httplib::Request& req, httplib::Res
 void HttpServer::routes() {
   httplib::Server& s = *server_;
   // Origin, Host and authentication before routing, so no route can forget them; /health stays
-  // open for probes.
+  // open for probes, and the chat page loads without the key (its API calls need it).
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!admit_origin_and_host(req, res)) return httplib::Server::HandlerResponse::Handled;
     if (req.method == "OPTIONS") {  // an admitted CORS preflight (it never carries the key)
       res.status = 204;
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (opt_.api_key.empty() || req.path == "/health")
+    const bool page = opt_.webui && (req.method == "GET" || req.method == "HEAD") &&
+                      (req.path == "/" || req.path == "/index.html");
+    if (opt_.api_key.empty() || req.path == "/health" || page)
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     if (auth == "Bearer " + opt_.api_key) return httplib::Server::HandlerResponse::Unhandled;
@@ -228,7 +243,7 @@ void HttpServer::routes() {
     static const std::set<std::string> known = {
         "/health",         "/metrics",  "/v1/models",  "/v1/chat/completions",
         "/v1/completions", "/tokenize", "/detokenize", "/apply-template",
-        "/props",          "/slots"};
+        "/props",          "/slots",    "/",           "/index.html"};
     metrics_.http_response(known.count(req.path) ? req.path : std::string("other"), res.status);
   });
 
@@ -261,6 +276,7 @@ void HttpServer::routes() {
     generation(req, res, /*chat=*/false);
   });
   llama_routes();
+  if (opt_.webui) add_webui_routes(s);
 }
 
 void HttpServer::llama_routes() {
@@ -351,8 +367,11 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
   const int64_t created = unix_now();
   const std::string model = opts.model.empty() ? opt_.model_id : opts.model;
 
+  const bool want_logprobs = job->request().top_logprobs >= 0;
+  const tokenizer::Tokenizer* tok = state_.limits.tok;
   if (!opts.stream) {
     Collected c;
+    std::vector<v1::TokenLogprobs> lps;
     QwenOutputParser parser(reasoning_started, id);
     const PeerSocket peer(req.remote_addr, req.remote_port, req.local_port);
     for (;;) {
@@ -367,6 +386,9 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
           c.all.append(parser.push(ev->text));
         } else {
           c.all.content += ev->text;
+        }
+        for (const sampling::Logprobs& lp : ev->logprobs) {
+          lps.push_back(server::logprobs_to_proto(lp, *tok));
         }
         continue;
       }
@@ -383,8 +405,12 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
     }
     const std::string_view reason = finish_reason_name(c.reason, !c.all.tool_calls.empty());
     const Usage usage{c.prompt_tokens, c.completion_tokens, c.cached_tokens};
-    const json out = chat ? chat_completion(id, created, model, c.all, reason, usage)
-                          : text_completion(id, created, model, c.all.content, reason, usage);
+    json out = chat ? chat_completion(id, created, model, c.all, reason, usage)
+                    : text_completion(id, created, model, c.all.content, reason, usage);
+    if (want_logprobs) {
+      size_t offset = 0;
+      out["choices"][0]["logprobs"] = chat ? chat_logprobs(lps) : text_logprobs(lps, offset);
+    }
     res.set_content(dump_lenient(out), "application/json");
     return;
   }
@@ -394,18 +420,25 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
   auto parser = std::make_shared<QwenOutputParser>(reasoning_started, id);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, parser, chat, id, created, model, opts](size_t, httplib::DataSink& sink) {
+      [job, parser, chat, id, created, model, opts, want_logprobs, tok](size_t,
+                                                                        httplib::DataSink& sink) {
         bool first = true;
         size_t tools_sent = 0;
+        size_t text_offset = 0;
         auto write = [&](const json& j) {
           const std::string event = sse(j);
           return sink.write(event.data(), event.size());
         };
-        auto send_delta = [&](const ParsedDelta& d) {
-          if (d.empty()) return true;
-          const json j =
+        // A chunk's tokens' logprobs travel with its delta, even when the text is held back.
+        auto send_delta = [&](const ParsedDelta& d, std::span<const v1::TokenLogprobs> lps = {}) {
+          if (d.empty() && lps.empty()) return true;
+          json j =
               chat ? chat_chunk(id, created, model, chat_delta(d, first, tools_sent), std::nullopt)
                    : text_chunk(id, created, model, d.content, std::nullopt);
+          if (!lps.empty()) {
+            j["choices"][0]["logprobs"] =
+                chat ? chat_logprobs(lps) : text_logprobs(lps, text_offset);
+          }
           first = false;
           tools_sent += d.tool_calls.size();
           return write(j);
@@ -426,7 +459,13 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
             } else {
               d.content = ev->text;
             }
-            if (!send_delta(d)) {
+            std::vector<v1::TokenLogprobs> lps;
+            if (want_logprobs) {
+              for (const sampling::Logprobs& lp : ev->logprobs) {
+                lps.push_back(server::logprobs_to_proto(lp, *tok));
+              }
+            }
+            if (!send_delta(d, lps)) {
               job->cancel();
               return false;
             }

@@ -4,7 +4,8 @@
 // /detokenize, /apply-template, /props and /slots (llama_routes.h). Errors are JSON bodies
 // ({"error": {...}}) with 400 (bad request), 401 (API key), 403 (an Origin not allowed, or a Host
 // that is not loopback's on a loopback server: DNS rebinding), 404, 413 (body too large), 429
-// (queue full) and 503 (starting, stopping, draining or a worker died).
+// (queue full) and 503 (starting, stopping, draining or a worker died). GET / (and /index.html)
+// is the built-in chat page (webui_route.h; --no-webui turns it off), open without the API key.
 #pragma once
 
 #include <cstddef>
@@ -29,20 +30,22 @@ namespace moe::http {
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port
-  // Required (Authorization: Bearer KEY) on every route but /health; mandatory when `host` is
-  // not a loopback address.
+  // Required (Authorization: Bearer KEY) on every route but /health and the chat page;
+  // mandatory when `host` is not a loopback address.
   std::string api_key;
   size_t max_body_bytes = 8u << 20;
   // Connections served at once (a thread each, started as needed); more wait for a free one.
   int threads = 256;
   // Origins (scheme://host[:port]) whose pages may call the API, or "*" for any. A request that
-  // carries any other Origin is refused (403), so a web page a user opens cannot drive the server.
+  // carries any other Origin is refused (403), so a web page a user opens cannot drive the server;
+  // the server's own origin (the chat page's: scheme and the request's Host) is always allowed.
   std::vector<std::string> cors_origins;
   // PEM files: HTTPS instead of HTTP when both are set.
   std::string ssl_cert_file, ssl_key_file;
   std::string model_id = "moe-runtime";
   bool strict_model = false;  // --alias: a request naming another model gets 404
   std::string model_path;     // /props
+  bool webui = true;          // the chat page at GET / (--no-webui: 404)
 };
 
 class HttpServer {

@@ -83,6 +83,7 @@ struct Args {
   std::string ssl_key_file, ssl_cert_file;  // both or neither: TLS on gRPC and HTTP
   size_t http_max_body = 8u << 20;
   int http_threads = 256;
+  bool webui = true;  // the chat page at GET /
   bool prefetch = true;
   gpu::GpuOptions gpu;
   server::LlamaServerFlags llama;
@@ -359,10 +360,12 @@ std::unique_ptr<http::HttpServer> start_http(const Args& a, server::ServingState
   ho.model_id = a.alias.empty() ? state.model_name : a.alias;
   ho.strict_model = !a.alias.empty();
   ho.model_path = a.model;
+  ho.webui = a.webui;
   auto http_server = std::make_unique<http::HttpServer>(ho, state, registry, metrics);
   http_addr = ho.host + ":" + std::to_string(http_server->port());
   log("OpenAI-compatible HTTP API on " + std::string(a.ssl_cert_file.empty() ? "http" : "https") +
-      "://" + http_addr + "/v1" + (a.api_key.empty() ? "" : " (API key required)"));
+      "://" + http_addr + "/v1" + (a.api_key.empty() ? "" : " (API key required)") +
+      (a.webui ? "; chat page at /" : ""));
   return http_server;
 }
 
@@ -506,6 +509,9 @@ int main(int argc, char** argv) {
                  "serve the OpenAI-compatible HTTP API on this port (default: off; 0: any)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--http-host", a.http_host, "HTTP address (default: --host)");
+  app.add_flag("!--no-webui", a.webui,
+               "do not serve the chat page at GET / (llama-server's spelling; it then answers "
+               "404)");
   app.add_option("--api-key", a.api_key,
                  "clients must send 'Authorization: Bearer KEY' (HTTP header or gRPC metadata; "
                  "required off loopback); /health and gRPC health stay open");

@@ -1,7 +1,7 @@
 // The OpenAI-compatible HTTP API of a running coordinator, driven by a real HTTP client (curl):
 // chat and completions, streamed (SSE) and whole, a tool-call round trip through the chat
 // template, every error status (400, 401, 404, 413, 429, 503) with a JSON body, API key on and
-// off, and /metrics.
+// off, /metrics, and the chat page at GET /.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -211,6 +211,35 @@ TEST(HttpAuth, KeyRequiredWhenSetAndOffLoopbackWithout) {
                                        "0", "--http-port", "0", "--http-host", "0.0.0.0"});
   ASSERT_TRUE(p.wait_for(std::chrono::seconds(30)));
   EXPECT_EQ(p.exit_code(), 1);
+}
+
+// GET / is the chat page (coordinator/http/webui): HTML with a strict CSP, open without the key;
+// its own origin may call the API, another may not; --no-webui turns it off.
+TEST(HttpWebui, ChatPageServedOpenAndSameOriginAdmitted) {
+  Coordinator c(model_path(), {"-c", "256", "--http-port", "0", "--api-key", "sesame"});
+  const std::string base = "http://" + c.http_addr();
+  const HttpReply page = curl("GET", base + "/", "", "-i");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("Content-Type: text/html; charset=utf-8"), std::string::npos);
+  EXPECT_NE(page.body.find("Content-Security-Policy: default-src 'none'; script-src 'sha256-"),
+            std::string::npos);
+  EXPECT_NE(page.body.find("connect-src 'self'"), std::string::npos);
+  EXPECT_NE(page.body.find("X-Content-Type-Options: nosniff"), std::string::npos);
+  EXPECT_NE(page.body.find("<title>moe-runtime chat</title>"), std::string::npos);
+  EXPECT_EQ(curl("GET", base + "/index.html").status, 200);
+  const std::string key = "-H 'Authorization: Bearer sesame' ";
+  EXPECT_EQ(curl("GET", base + "/v1/models", "", key + "-H 'Origin: " + base + "'").status, 200);
+  expect_error(curl("GET", base + "/v1/models", "", key + "-H 'Origin: http://evil.example'"), 403,
+               "not allowed");
+  // DNS rebinding stays refused: a foreign Host with the matching Origin.
+  expect_error(curl("GET", base + "/v1/models", "",
+                    key + "-H 'Host: evil.example' -H 'Origin: http://evil.example'"),
+               403, "not served here");
+  EXPECT_TRUE(c.stop());
+
+  Coordinator off(model_path(), {"-c", "256", "--http-port", "0", "--no-webui"});
+  expect_error(curl("GET", "http://" + off.http_addr() + "/"), 404, "no such route");
+  EXPECT_TRUE(off.stop());
 }
 
 TEST(HttpLoad, FullQueueIs429AndDrainingIs503) {
