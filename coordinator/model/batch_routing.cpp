@@ -18,6 +18,25 @@ void check_tokens(std::span<const int32_t> tokens, int64_t n_vocab) {
   }
 }
 
+int64_t check_chunks(std::span<const SequenceChunk> chunks, int64_t n_vocab) {
+  if (chunks.empty()) throw Error("forward: a batch of no sequences");
+  int64_t n = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SequenceChunk& c = chunks[i];
+    if (c.cache == nullptr) throw Error("forward: sequence " + std::to_string(i) + " has no cache");
+    check_tokens(c.tokens, n_vocab);
+    c.cache->check_room(static_cast<int64_t>(c.tokens.size()));
+    for (size_t j = 0; j < i; ++j) {
+      if (chunks[j].cache == c.cache) {
+        throw Error("forward: sequences " + std::to_string(j) + " and " + std::to_string(i) +
+                    " share one cache");
+      }
+    }
+    n += static_cast<int64_t>(c.tokens.size());
+  }
+  return n;
+}
+
 void route_batch(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, int64_t layer,
                  int64_t pos0, const ForwardHooks* hooks, int32_t* forced, float* probs,
                  int32_t* ids, float* weights, cpu::ThreadPool* pool) {

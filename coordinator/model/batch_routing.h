@@ -13,6 +13,10 @@ namespace moe::model {
 // Throws moe::Error for an empty batch or a token id outside [0, n_vocab).
 void check_tokens(std::span<const int32_t> tokens, int64_t n_vocab);
 
+// Checks a multi-sequence batch before anything runs: at least one chunk, every chunk's tokens
+// (check_tokens) and room in its cache, no cache twice. Returns the batch's token count.
+int64_t check_chunks(std::span<const SequenceChunk> chunks, int64_t n_vocab);
+
 // route_token for rows 0..n_tokens-1 of `logits` ([n_tokens, n_expert]); row i is the token at
 // position pos0 + i, and hooks->force_experts (when set) may choose its experts instead.
 // `forced` is scratch for k ids. probs [n_tokens, n_expert], ids and weights [n_tokens, k].

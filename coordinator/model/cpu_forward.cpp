@@ -22,6 +22,16 @@ void CpuForward::set_experts(std::vector<ExpertLayerTensors> tensors,
                                                                   pool_, isa_));
 }
 
+void CpuForward::reserve(int64_t n) {
+  const auto rows = static_cast<size_t>(n * cfg_.n_embd);
+  if (x_.size() < rows) {
+    x_.resize(rows);
+    xn_.resize(rows);
+  }
+  reserve_layers(n);
+  moe_.reserve(n);
+}
+
 void CpuForward::forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
                          float* logits, const ForwardHooks* hooks) {
   const auto n = static_cast<int64_t>(tokens.size());
@@ -29,16 +39,11 @@ void CpuForward::forward(std::span<const int32_t> tokens, KvCache& cache, Logits
   check_tokens(tokens, cfg_.n_vocab);
   cache.check_room(n);
   check_cache(cache);
-  const int64_t pos0 = cache.n_past();
-  if (x_.size() < static_cast<size_t>(n * E)) {
-    x_.resize(static_cast<size_t>(n * E));
-    xn_.resize(static_cast<size_t>(n * E));
-  }
-  reserve_layers(n);
-  moe_.reserve(n);
+  reserve(n);
 
   emb_.embed(tokens, x_.data());
-  run_layers(n, pos0, cache, hooks);
+  const SequenceRows seq{0, n, cache.n_past(), &cache};
+  run_layers(n, std::span<const SequenceRows>(&seq, 1), hooks);
 
   // Output head: only the rows whose logits were asked for.
   const int64_t first = mode == LogitsMode::All ? 0 : n - 1;
@@ -47,6 +52,37 @@ void CpuForward::forward(std::span<const int32_t> tokens, KvCache& cache, Logits
   cpu::matmul(output_, xn_.data(), rows, logits, pool_, mm_, isa_);
   // Only now does the batch become part of the sequence (K/V positions and recurrent state).
   cache.advance(n);
+}
+
+void CpuForward::forward_batch(std::span<const SequenceChunk> chunks, float* logits) {
+  const int64_t n = check_chunks(chunks, cfg_.n_vocab);
+  for (const SequenceChunk& c : chunks) check_cache(*c.cache);
+  const int64_t E = cfg_.n_embd;
+  reserve(n);
+
+  // Chunk i's rows follow chunk i-1's.
+  seqs_.clear();
+  int64_t row0 = 0;
+  for (const SequenceChunk& c : chunks) {
+    const auto m = static_cast<int64_t>(c.tokens.size());
+    seqs_.push_back({row0, m, c.cache->n_past(), c.cache});
+    emb_.embed(c.tokens, x_.data() + row0 * E);
+    row0 += m;
+  }
+  run_layers(n, seqs_, nullptr);
+
+  // Output head over the chunks' last rows only, gathered into xn_ as one small batch (every
+  // chunk has a row, so xn_ holds them).
+  const auto n_seq = static_cast<int64_t>(seqs_.size());
+  for (int64_t i = 0; i < n_seq; ++i) {
+    const SequenceRows& s = seqs_[static_cast<size_t>(i)];
+    rmsnorm_rows(x_.data() + (s.row0 + s.n - 1) * E, output_norm_.data(), xn_.data() + i * E, 1, E,
+                 cfg_.rms_eps);
+  }
+  cpu::matmul(output_, xn_.data(), n_seq, logits, pool_, mm_, isa_);
+  // Only now do the chunks become part of their sequences: a throw above left every cache as it
+  // was, and advance cannot fail (each cache's room was checked).
+  for (const SequenceRows& s : seqs_) s.cache->advance(s.n);
 }
 
 }  // namespace moe::model

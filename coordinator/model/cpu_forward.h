@@ -1,7 +1,9 @@
 // What the CPU forwards share, so that a model class holds only its layers: the config, the
 // thread pool and ISA, token embeddings and the output head, the routed experts (RoutedMoeCpu),
 // the residual and normed rows, and the forward itself: checks, embedding, the model's layers,
-// the logits, and the cache advanced only when the batch completed.
+// the logits, and the caches advanced only when the batch completed. forward_batch puts several
+// sequences' rows in one pass: the layers run every per-token op once over all rows and only
+// RoPE, the K/V store, attention and the recurrent mixers per sequence.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +20,19 @@
 
 namespace moe::model {
 
+// One sequence's rows in a pass over the layers: rows [row0, row0 + n) of x_ are its tokens at
+// positions pos0 (= cache->n_past()) onwards.
+struct SequenceRows {
+  int64_t row0 = 0, n = 0, pos0 = 0;
+  KvCache* cache = nullptr;
+};
+
 class CpuForward : public ModelArch {
  public:
   const ModelConfig& config() const override { return cfg_; }
   void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode, float* logits,
                const ForwardHooks* hooks) final;
+  void forward_batch(std::span<const SequenceChunk> chunks, float* logits) final;
 
  protected:
   // Reads the config, the embeddings and the output head.
@@ -34,9 +44,11 @@ class CpuForward : public ModelArch {
   void set_experts(std::vector<ExpertLayerTensors> tensors,
                    std::unique_ptr<ExpertExecutor> experts);
 
-  // The layers: x_ holds the embedded rows on entry and the residual stream after the last layer
-  // on return; xn_ is theirs to use. Sized for n tokens by the time this runs.
-  virtual void run_layers(int64_t n_tokens, int64_t pos0, KvCache& cache,
+  // The layers over n_tokens rows, the sequences `seqs` one after another (row0 ascending, no
+  // gap): x_ holds the embedded rows on entry and the residual stream after the last layer on
+  // return; xn_ is theirs to use. Sized for n tokens by the time this runs. Hooks come only with
+  // one sequence (forward()).
+  virtual void run_layers(int64_t n_tokens, std::span<const SequenceRows> seqs,
                           const ForwardHooks* hooks) = 0;
   // Grows the model's own scratch to n tokens.
   virtual void reserve_layers(int64_t n_tokens) = 0;
@@ -51,6 +63,10 @@ class CpuForward : public ModelArch {
   std::vector<float> x_, xn_;  // residual rows, normed rows
 
  private:
+  // Grows x_, xn_ and every layer scratch to n tokens.
+  void reserve(int64_t n_tokens);
+
+  std::vector<SequenceRows> seqs_;  // forward_batch's, grow-only
   EmbeddingTensors emb_;
   std::vector<float> output_norm_;
   cpu::WeightMatrix output_;

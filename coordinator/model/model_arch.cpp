@@ -4,10 +4,19 @@
 #include <utility>
 
 #include "common/error.h"
+#include "coordinator/model/batch_routing.h"
 #include "coordinator/model/qwen35moe.h"
 #include "coordinator/model/qwen3moe.h"
 
 namespace moe::model {
+
+void ModelArch::forward_batch(std::span<const SequenceChunk> chunks, float* logits) {
+  check_chunks(chunks, config().n_vocab);
+  const auto n_vocab = static_cast<size_t>(config().n_vocab);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    forward(chunks[i].tokens, *chunks[i].cache, LogitsMode::Last, logits + i * n_vocab);
+  }
+}
 
 std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::ThreadPool& pool,
                                              std::unique_ptr<ExpertExecutor> experts) {

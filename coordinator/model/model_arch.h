@@ -49,6 +49,12 @@ struct ForwardHooks {
 
 enum class LogitsMode { All, Last };
 
+// One sequence's new tokens in a batch of several sequences (ModelArch::forward_batch).
+struct SequenceChunk {
+  std::span<const int32_t> tokens;  // at positions cache->n_past() onwards; at least one
+  KvCache* cache = nullptr;         // a different cache for every chunk of a batch
+};
+
 class ModelArch {
  public:
   virtual ~ModelArch() = default;
@@ -62,6 +68,15 @@ class ModelArch {
   // context would overflow; a cache is left as it was by any forward that throws.
   virtual void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode,
                        float* logits, const ForwardHooks* hooks = nullptr) = 0;
+
+  // Evaluates several sequences' new tokens as one forward (continuous batching: prefill chunks
+  // of some sequences beside decode tokens of others), so that a weight, and a routed expert,
+  // is read once for every token of the batch that needs it. Writes the logits of each chunk's
+  // last token, row i for chunk i ([chunks.size(), n_vocab]). Checks every chunk first (token
+  // ids, room in its cache, distinct caches) and throws moe::Error before anything runs; a
+  // forward that throws later leaves every cache as it was. The default runs one forward per
+  // chunk (not batched, and a failure midway leaves the earlier chunks evaluated).
+  virtual void forward_batch(std::span<const SequenceChunk> chunks, float* logits);
 
   // The sequence state (KV cache, and recurrent state for hybrid models) of one sequence.
   KvCache make_cache(int64_t n_ctx, const KvConfig& kv) const {

@@ -106,7 +106,8 @@ void Qwen35Moe::reserve_layers(int64_t n) {
   grow(sh_s_, n);
 }
 
-void Qwen35Moe::delta_net_layer(const Layer& L, int64_t l, int64_t n, KvCache& cache) {
+void Qwen35Moe::delta_net_layer(const Layer& L, int64_t l, int64_t n,
+                                std::span<const SequenceRows> seqs) {
   const int64_t C = cfg_.ssm_conv_channels(), NK = cfg_.ssm_n_k_heads, NV = cfg_.ssm_n_v_heads;
   const int64_t DK = cfg_.ssm_head_k, DV = cfg_.ssm_head_v();
   // One dispatch (and one conversion of xn per activation format) for the four projections.
@@ -123,23 +124,32 @@ void Qwen35Moe::delta_net_layer(const Layer& L, int64_t l, int64_t n, KvCache& c
       gate_[i] = L.ssm_a[hi] * softplus(gate_[i] + L.dt_bias[hi]);
     }
   }
-  const RecurrentState::LayerView st = cache.recurrent(l);
-  causal_conv1d({C, cfg_.ssm_conv_kernel}, qkv_.data(), n, L.conv_w.data(), st.conv_in, st.conv_out,
-                conv_.data(), /*silu=*/true, pool_);
+  // The conv window and the DeltaNet matrices are each sequence's own: its rows continue its
+  // RecurrentState.
+  for (const SequenceRows& s : seqs) {
+    const RecurrentState::LayerView st = s.cache->recurrent(l);
+    causal_conv1d({C, cfg_.ssm_conv_kernel}, qkv_.data() + s.row0 * C, s.n, L.conv_w.data(),
+                  st.conv_in, st.conv_out, conv_.data() + s.row0 * C, /*silu=*/true, pool_);
+  }
   // q and k heads sit side by side at the start of every conv row.
   for (int64_t t = 0; t < n; ++t) l2norm_rows(conv_.data() + t * C, 2 * NK, DK, cfg_.rms_eps);
-  const float* q = conv_.data();
-  gated_delta_net({NK, NV, DK, DV}, q, q + NK * DK, q + 2 * NK * DK, C, gate_.data(), beta_.data(),
-                  n, st.ssm_in, st.ssm_out, ssm_o_.data(), pool_);
+  for (const SequenceRows& s : seqs) {
+    const RecurrentState::LayerView st = s.cache->recurrent(l);
+    const float* q = conv_.data() + s.row0 * C;
+    gated_delta_net({NK, NV, DK, DV}, q, q + NK * DK, q + 2 * NK * DK, C,
+                    gate_.data() + s.row0 * NV, beta_.data() + s.row0 * NV, s.n, st.ssm_in,
+                    st.ssm_out, ssm_o_.data() + s.row0 * NV * DV, pool_);
+  }
   rmsnorm_gated_rows(ssm_o_.data(), L.ssm_norm.data(), z_.data(), ssm_o_.data(), n * NV, DV,
                      cfg_.rms_eps);
   cpu::matmul(L.wssm_out, ssm_o_.data(), n, mix_.data(), pool_, mm_, isa_);
 }
 
-void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0,
-                                KvCache& cache) {
+void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n,
+                                std::span<const SequenceRows> seqs) {
   const int64_t hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
+  const int64_t ow = L.n_head * hv;
   const cpu::MatmulJob qkv[] = {{L.wq, xn_.data(), n, qg_.data()},
                                 {L.wk, xn_.data(), n, k_.data()},
                                 {L.wv, xn_.data(), n, v_.data()}};
@@ -155,16 +165,21 @@ void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t po
   }
   rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
   rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);
-  for (int64_t i = 0; i < n; ++i) {
-    rope_angles_imrope(pos0 + i, cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_sections.data(),
-                       rope_cs_.data());
-    rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
-    rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
-    cache.store(l, pos0 + i, k_.data() + i * kw, v_.data() + i * vw);
-  }
   const AttentionShape shape{L.n_head, L.n_head_kv, hk, hv,
                              1.0f / std::sqrt(static_cast<float>(hk))};
-  attention(shape, q_.data(), n, pos0, cache, l, attn_.data(), pool_, attn_scratch_);
+  // Positions, K/V and attention are each sequence's own.
+  for (const SequenceRows& s : seqs) {
+    for (int64_t i = s.row0; i < s.row0 + s.n; ++i) {
+      const int64_t pos = s.pos0 + (i - s.row0);
+      rope_angles_imrope(pos, cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_sections.data(),
+                         rope_cs_.data());
+      rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
+      rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
+      s.cache->store(l, pos, k_.data() + i * kw, v_.data() + i * vw);
+    }
+    attention(shape, q_.data() + s.row0 * qw, s.n, s.pos0, *s.cache, l, attn_.data() + s.row0 * ow,
+              pool_, attn_scratch_);
+  }
   for (int64_t i = 0; i < n * qw; ++i) {
     attn_[static_cast<size_t>(i)] *= sigmoid(ogate_[static_cast<size_t>(i)]);
   }
@@ -205,15 +220,17 @@ void Qwen35Moe::check_cache(const KvCache& cache) const {
   }
 }
 
-void Qwen35Moe::run_layers(int64_t n, int64_t pos0, KvCache& cache, const ForwardHooks* hooks) {
+void Qwen35Moe::run_layers(int64_t n, std::span<const SequenceRows> seqs,
+                           const ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd;
+  const int64_t pos0 = seqs.front().pos0;  // the hooks' (one sequence)
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
     if (L.recurrent) {
-      delta_net_layer(L, l, n, cache);
+      delta_net_layer(L, l, n, seqs);
     } else {
-      attention_layer(L, l, n, pos0, cache);
+      attention_layer(L, l, n, seqs);
     }
     for (int64_t i = 0; i < n * E; ++i) {
       const auto ii = static_cast<size_t>(i);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "coordinator/model/attention.h"
@@ -37,11 +38,12 @@ class Qwen35Moe final : public CpuForward {
     cpu::WeightMatrix router, sh_gate, sh_up, sh_down, sh_gate_inp;
   };
   void reserve_layers(int64_t n_tokens) override;
-  void run_layers(int64_t n, int64_t pos0, KvCache& cache, const ForwardHooks* hooks) override;
+  void run_layers(int64_t n, std::span<const SequenceRows> seqs,
+                  const ForwardHooks* hooks) override;
   void check_cache(const KvCache& cache) const override;
-  // Mixer of layer l on xn_ (n tokens), output in mix_.
-  void delta_net_layer(const Layer& L, int64_t l, int64_t n, KvCache& cache);
-  void attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0, KvCache& cache);
+  // Mixer of layer l on xn_ (n tokens of the sequences `seqs`), output in mix_.
+  void delta_net_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs);
+  void attention_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs);
   // Routed + shared experts on xn_ (normalised h_); x_ = h_ + both.
   void ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const ForwardHooks* hooks);
 

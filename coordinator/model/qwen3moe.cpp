@@ -68,11 +68,14 @@ void Qwen3Moe::reserve_layers(int64_t n) {
   grow(rope_cs_, cfg_.n_rot);
 }
 
-void Qwen3Moe::run_layers(int64_t n, int64_t pos0, KvCache& cache, const ForwardHooks* hooks) {
+void Qwen3Moe::run_layers(int64_t n, std::span<const SequenceRows> seqs,
+                          const ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+  const int64_t pos0 = seqs.front().pos0;  // the hooks' (one sequence)
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
+    const int64_t ow = L.n_head * hv;
     // Attention block.
     rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
     // One dispatch and one conversion of xn for the three projections when decoding.
@@ -83,15 +86,20 @@ void Qwen3Moe::run_layers(int64_t n, int64_t pos0, KvCache& cache, const Forward
     // q/k RMSNorm per head (one shared gain vector over head_dim), before RoPE.
     rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
     rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);
-    for (int64_t i = 0; i < n; ++i) {
-      rope_angles(pos0 + i, cfg_.n_rot, cfg_.rope_freq_base, rope_cs_.data());
-      rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
-      rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
-      cache.store(l, pos0 + i, k_.data() + i * kw, v_.data() + i * vw);
-    }
     const AttentionShape shape{L.n_head, L.n_head_kv, hk, hv,
                                1.0f / std::sqrt(static_cast<float>(hk))};
-    attention(shape, q_.data(), n, pos0, cache, l, attn_.data(), pool_, attn_scratch_);
+    // Positions, K/V and attention are each sequence's own.
+    for (const SequenceRows& s : seqs) {
+      for (int64_t i = s.row0; i < s.row0 + s.n; ++i) {
+        const int64_t pos = s.pos0 + (i - s.row0);
+        rope_angles(pos, cfg_.n_rot, cfg_.rope_freq_base, rope_cs_.data());
+        rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
+        rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
+        s.cache->store(l, pos, k_.data() + i * kw, v_.data() + i * vw);
+      }
+      attention(shape, q_.data() + s.row0 * qw, s.n, s.pos0, *s.cache, l,
+                attn_.data() + s.row0 * ow, pool_, attn_scratch_);
+    }
     cpu::matmul(L.wo, attn_.data(), n, tmp_.data(), pool_, mm_, isa_);
     add_rows(x_.data(), tmp_.data(), n * E);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "coordinator/model/attention.h"
@@ -25,7 +26,8 @@ class Qwen3Moe final : public CpuForward {
     int64_t n_head = 0, n_head_kv = 0;
   };
   void reserve_layers(int64_t n_tokens) override;
-  void run_layers(int64_t n, int64_t pos0, KvCache& cache, const ForwardHooks* hooks) override;
+  void run_layers(int64_t n, std::span<const SequenceRows> seqs,
+                  const ForwardHooks* hooks) override;
 
   std::vector<Layer> layers_;
 
