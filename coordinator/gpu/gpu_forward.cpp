@@ -2,6 +2,7 @@
 #include "coordinator/gpu/gpu_forward.h"
 
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "coordinator/gpu/gpu_executor_choice.h"
@@ -12,8 +13,12 @@
 namespace moe::gpu {
 namespace {
 
-// The engine's running request plus the one-token health probe it interleaves.
-constexpr size_t kMaxSequences = 2;
+// VRAM sequence slots: the -np sequences decoded together plus the one-token health probe the
+// engine interleaves with them.
+size_t sequence_slots(const GpuOptions& opt) {
+  if (opt.n_seq < 1) throw Error("-np " + std::to_string(opt.n_seq) + ": at least 1 sequence");
+  return static_cast<size_t>(opt.n_seq) + 1;
+}
 
 }  // namespace
 
@@ -23,7 +28,7 @@ GpuForward::GpuForward(const gguf::GgufFile& f, const GpuOptions& opt)
       vram_limit_(select_device(opt, device_name_)),
       executor_(make_gpu_executor(opt, vram_limit_)),
       budget_(vram_limit_, executor_->allocator()),
-      seqs_(budget_, cfg_, kMaxSequences) {
+      seqs_(budget_, cfg_, sequence_slots(opt)) {
   if (opt.n_gpu_layers < cfg_.n_layer) {
     throw Error("-ngl " + std::to_string(opt.n_gpu_layers) +
                 ": partial offload is not supported; use -ngl " + std::to_string(cfg_.n_layer) +
@@ -43,9 +48,12 @@ GpuForward::~GpuForward() {
 
 void GpuForward::place_experts(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                                std::unique_ptr<model::ExpertExecutor> cpu_experts) {
+  // Every one of the n_seq sequences may grow to n_ctx: the pool leaves room for all their
+  // caches (the health probe's is a few rows).
   experts_ = std::make_unique<RoutedExpertsGpu>(
       budget_, *executor_, f, cfg_, pool, std::move(cpu_experts), opt_,
-      GpuSequenceStates::estimate_bytes(cfg_, opt_.n_ctx, opt_.kv));
+      static_cast<uint64_t>(opt_.n_seq) *
+          GpuSequenceStates::estimate_bytes(cfg_, opt_.n_ctx, opt_.kv));
 }
 
 float* GpuForward::scratch(VramBuffer& b, size_t floats, const char* what) {
@@ -68,9 +76,30 @@ void GpuForward::run_batch(std::span<const int32_t> tokens, int64_t pos0,
                            const model::ForwardHooks* hooks) {
   const auto n = static_cast<int64_t>(tokens.size());
   io_->embed(tokens, x(), stream_);
-  enqueue_layers(n, pos0, seq, hooks);
+  const SequenceRows rows{0, n, pos0, &seq};
+  enqueue_layers(std::span<const SequenceRows>(&rows, 1), hooks);
   experts_->finish();
   io_->logits(x(), mode == model::LogitsMode::All ? 0 : n - 1, n, xn(), logits, stream_);
+}
+
+void GpuForward::run_sequences(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,
+                               float* logits) {
+  io_->embed(tokens, x(), stream_);
+  enqueue_layers(seqs, nullptr);
+  experts_->finish();
+  // x is dead after the layers: sequence i's last row moves to row i, so the head runs once over
+  // n_seq rows. Its source row is at least i and above every earlier sequence's, so no copy
+  // overwrites a row a later one still reads (the copies run in stream order).
+  const int64_t E = cfg_.n_embd;
+  const auto row_bytes = static_cast<size_t>(E) * sizeof(float);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t last = seqs[i].row0 + seqs[i].n - 1;
+    const auto dst = static_cast<int64_t>(i);
+    if (last == dst) continue;
+    MOE_CUDA_CHECK(cudaMemcpyAsync(x() + dst * E, x() + last * E, row_bytes,
+                                   cudaMemcpyDeviceToDevice, stream_));
+  }
+  io_->logits(x(), 0, static_cast<int64_t>(seqs.size()), xn(), logits, stream_);
 }
 
 void GpuForward::forward(std::span<const int32_t> tokens, model::KvCache& cache,
@@ -92,6 +121,44 @@ void GpuForward::forward(std::span<const int32_t> tokens, model::KvCache& cache,
   }
   cache.advance(n);
   GpuSequenceStates::commit(seq, cache.n_past());
+  experts_->after_forward();
+}
+
+void GpuForward::forward_batch(std::span<const model::SequenceChunk> chunks, float* logits) {
+  const int64_t n = model::check_chunks(chunks, cfg_.n_vocab);
+  if (chunks.size() == 1) {
+    // One sequence is a plain forward: the CUDA-graph decode step applies.
+    forward(chunks[0].tokens, *chunks[0].cache, model::LogitsMode::Last, logits, nullptr);
+    return;
+  }
+  std::vector<const model::KvCache*> caches;
+  for (const model::SequenceChunk& c : chunks) caches.push_back(c.cache);
+  // Every slot before anything is enqueued: acquire never hands one of them to another chunk.
+  const std::vector<GpuSequenceStates::Slot*> slots = seqs_.acquire(caches);
+  std::vector<SequenceRows> rows;
+  std::vector<int32_t> tokens;
+  tokens.reserve(static_cast<size_t>(n));
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const auto ni = static_cast<int64_t>(chunks[i].tokens.size());
+    rows.push_back({static_cast<int64_t>(tokens.size()), ni, chunks[i].cache->n_past(), slots[i]});
+    tokens.insert(tokens.end(), chunks[i].tokens.begin(), chunks[i].tokens.end());
+  }
+  reserve(n);
+  try {
+    run_sequences(tokens, rows, logits);
+    MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    // As forward(): nothing may still read the staging buffers, and no cache or slot is
+    // committed, so every sequence of the batch is as it was.
+    experts_->abandon();
+    (void)cudaStreamSynchronize(stream_);
+    throw;
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    model::KvCache& cache = *chunks[i].cache;
+    cache.advance(rows[i].n);
+    GpuSequenceStates::commit(*slots[i], cache.n_past());
+  }
   experts_->after_forward();
 }
 

@@ -22,6 +22,13 @@
 
 namespace moe::gpu {
 
+// One sequence's rows of a batch: rows [row0, row0 + n) of the batch are its tokens at positions
+// pos0 onwards, and `seq` holds its state in VRAM.
+struct SequenceRows {
+  int64_t row0 = 0, n = 0, pos0 = 0;
+  GpuSequenceStates::Slot* seq = nullptr;
+};
+
 class GpuForward : public model::ModelArch {
  public:
   ~GpuForward() override;
@@ -34,6 +41,10 @@ class GpuForward : public model::ModelArch {
   // stream is idle whenever no forward runs, so a model's buffers may go in any order.
   void forward(std::span<const int32_t> tokens, model::KvCache& cache, model::LogitsMode mode,
                float* logits, const model::ForwardHooks* hooks) final;
+  // Every chunk's rows in one pass over the layers (a weight, and a routed expert, is read once
+  // for the whole batch); only attention and the DeltaNet recurrence run per sequence. Commits
+  // every sequence, or none, as forward(). One chunk is a forward() (its decode graph included).
+  void forward_batch(std::span<const model::SequenceChunk> chunks, float* logits) final;
 
   // The prompt cache's checkpoints: the recurrent state is copied aside in VRAM.
   void save_checkpoint(model::KvCache& cache) override;
@@ -56,9 +67,11 @@ class GpuForward : public model::ModelArch {
   void place_experts(const gguf::GgufFile& file, cpu::ThreadPool& pool,
                      std::unique_ptr<model::ExpertExecutor> cpu_experts);
 
-  // The layers, on stream_: x holds the embedded rows on entry and the residual stream after the
-  // last layer on return; xn is theirs to use.
-  virtual void enqueue_layers(int64_t n_tokens, int64_t pos0, GpuSequenceStates::Slot& seq,
+  // The layers, on stream_: x holds the embedded rows of every sequence in `seqs` (consecutive,
+  // from row 0) on entry and the residual stream after the last layer on return; xn is theirs to
+  // use. Per-token work runs once over all rows, attention and recurrences per sequence. `hooks`
+  // see row i at position seqs[0].pos0 + i: only with one sequence.
+  virtual void enqueue_layers(std::span<const SequenceRows> seqs,
                               const model::ForwardHooks* hooks) = 0;
   // Grows the model's own scratch to n tokens (x and xn are grown here).
   virtual void reserve_layers(int64_t n_tokens) = 0;
@@ -84,11 +97,15 @@ class GpuForward : public model::ModelArch {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<TokenIoGpu> io_;
   std::unique_ptr<RoutedExpertsGpu> experts_;
-  // The running request's sequence and the health probe's the engine interleaves with it.
+  // The n_seq sequences decoded together and the health probe's the engine interleaves.
   GpuSequenceStates seqs_;
 
  private:
   void reserve(int64_t n_tokens);
+  // A batch of several sequences (forward_batch): embeddings, enqueue_layers, the experts' last
+  // work, and the logits of each sequence's last row.
+  void run_sequences(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,
+                     float* logits);
 
   int64_t scratch_tokens_ = 0;
   VramBuffer d_x_, d_xn_;  // residual rows, normed rows

@@ -78,7 +78,11 @@ struct GpuOptions {
   // --gpu-executor: "in-process" runs the routed experts' kernels on the coordinator's stream;
   // "process" in a moe-gpu-worker process (DESIGN.md §3), which needs MPS to be fast.
   std::string gpu_executor = "in-process";
-  // Context per sequence the KV cache is sized for when the pool is sized automatically.
+  // -np: the sequences decoded together (ModelArch::forward_batch); each gets a VRAM slot, and
+  // one more is kept for the engine's health probe.
+  int64_t n_seq = 1;
+  // Context per sequence the KV cache is sized for when the pool is sized automatically (every
+  // one of the n_seq sequences gets this much).
   int64_t n_ctx = 4096;
   // The KV cache types the sequences will use: the VRAM the expert pool leaves for them.
   model::KvConfig kv;

@@ -63,7 +63,7 @@ uint64_t GpuSequenceStates::estimate_bytes(const model::ModelConfig& c, int64_t 
   return b;
 }
 
-GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache) {
+std::vector<cuda::DeviceKvLayer> GpuSequenceStates::layout_of(const model::KvCache& cache) const {
   std::vector<cuda::DeviceKvLayer> layout(static_cast<size_t>(cfg_.n_layer));
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     if (cfg_.is_recurrent(l)) continue;
@@ -79,44 +79,84 @@ GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache)
       }
     }
   }
-  ++clock_;
-  Slot* slot = nullptr;
-  for (Slot& s : slots_) {
-    if (s.owner_ == &cache) slot = &s;
-  }
-  if (cache.n_past() != 0) {
-    // Continuing: only a sequence evaluated here up to this position has its state here; up to
-    // exactly this position for a recurrent state, at least this far for K/V rows alone (a prompt
-    // cache keeps a prefix, KvCache::truncate, and the rows past it are written again).
-    const bool rewound_kv_only = slot && !cfg_.has_recurrent() && slot->past_ > cache.n_past();
-    if (!slot || (slot->past_ != cache.n_past() && !rewound_kv_only)) {
-      throw Error(
-          "GPU model: the state of this sequence is not in VRAM (a sequence must be evaluated "
-          "from position 0 by this model, and at most " +
-          std::to_string(max_sequences_) + " sequences are kept)");
+  return layout;
+}
+
+GpuSequenceStates::Slot& GpuSequenceStates::acquire(const model::KvCache& cache) {
+  const model::KvCache* one = &cache;
+  return *acquire(std::span<const model::KvCache* const>(&one, 1)).front();
+}
+
+std::vector<GpuSequenceStates::Slot*> GpuSequenceStates::acquire(
+    std::span<const model::KvCache* const> caches) {
+  std::vector<std::vector<cuda::DeviceKvLayer>> layouts;
+  layouts.reserve(caches.size());
+  for (const model::KvCache* c : caches) layouts.push_back(layout_of(*c));
+  // Every sequence's own slot first, before any new sequence of the batch takes one: a new
+  // sequence placed first could otherwise evict the state of a continuing one behind it.
+  std::vector<Slot*> out(caches.size(), nullptr);
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const model::KvCache& cache = *caches[i];
+    Slot* slot = nullptr;
+    for (Slot& s : slots_) {
+      if (s.owner_ == &cache) slot = &s;
     }
-    slot->last_use_ = clock_;
-    return *slot;
+    if (cache.n_past() != 0) {
+      // Continuing: only a sequence evaluated here up to this position has its state here; up to
+      // exactly this position for a recurrent state, at least this far for K/V rows alone (a
+      // prompt cache keeps a prefix, KvCache::truncate, and the rows past it are written again).
+      const bool rewound_kv_only = slot && !cfg_.has_recurrent() && slot->past_ > cache.n_past();
+      if (!slot || (slot->past_ != cache.n_past() && !rewound_kv_only)) {
+        throw Error(
+            "GPU model: the state of this sequence is not in VRAM (a sequence must be evaluated "
+            "from position 0 by this model, and at most " +
+            std::to_string(max_sequences_) + " sequences are kept)");
+      }
+    }
+    out[i] = slot;
   }
-  if (!slot && slots_.size() < max_sequences_) slot = &slots_.emplace_back();
-  if (!slot) {
-    slot = &*std::min_element(slots_.begin(), slots_.end(), [](const Slot& a, const Slot& b) {
-      return a.last_use_ < b.last_use_;
-    });
+  // Then a slot for each new sequence without one: a free one, else the least recently used one
+  // outside this batch. Chosen before any slot is reset, so that running out throws with every
+  // slot as it was. (An empty slot created here is free either way.)
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (out[i]) continue;
+    if (slots_.size() < max_sequences_) {
+      out[i] = &slots_.emplace_back();  // reserved: earlier slots do not move
+      continue;
+    }
+    Slot* lru = nullptr;
+    for (Slot& s : slots_) {
+      if (std::find(out.begin(), out.end(), &s) != out.end()) continue;
+      if (!lru || s.last_use_ < lru->last_use_) lru = &s;
+    }
+    if (!lru) {
+      throw Error("GPU model: a batch of " + std::to_string(caches.size()) +
+                  " sequences, but VRAM holds the state of at most " +
+                  std::to_string(max_sequences_) + " (-np and the health probe's)");
+    }
+    out[i] = lru;
   }
-  slot->owner_ = &cache;
-  slot->past_ = 0;
-  slot->zero_ = true;
-  slot->ckpt_pos_ = -1;  // a new sequence (or this one from the start): the old checkpoint is moot
-  slot->last_use_ = clock_;
+  ++clock_;
   const auto same = [](const cuda::DeviceKvLayer& a, const cuda::DeviceKvLayer& b) {
     return a.k_type == b.k_type && a.v_type == b.v_type && a.k_rot == b.k_rot && a.v_rot == b.v_rot;
   };
-  if (slot->layers_.empty() || cache.n_ctx() > slot->ctx_ ||
-      !std::equal(layout.begin(), layout.end(), slot->layout_.begin(), slot->layout_.end(), same)) {
-    allocate(*slot, cache, std::move(layout));
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const model::KvCache& cache = *caches[i];
+    Slot& slot = *out[i];
+    slot.last_use_ = clock_;
+    if (cache.n_past() != 0) continue;
+    slot.owner_ = &cache;
+    slot.past_ = 0;
+    slot.zero_ = true;
+    // A new sequence (or this one from the start): the old checkpoint is moot.
+    slot.ckpt_pos_ = -1;
+    std::vector<cuda::DeviceKvLayer>& layout = layouts[i];
+    if (slot.layers_.empty() || cache.n_ctx() > slot.ctx_ ||
+        !std::equal(layout.begin(), layout.end(), slot.layout_.begin(), slot.layout_.end(), same)) {
+      allocate(slot, cache, std::move(layout));
+    }
   }
-  return *slot;
+  return out;
 }
 
 void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache,

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/ggml_type.h"
@@ -66,6 +67,11 @@ class GpuSequenceStates {
   // exactly there, else moe::Error. Every KvType runs on the GPU; types and rotation may differ
   // per layer, as the cache says.
   Slot& acquire(const model::KvCache& cache);
+  // acquire() for every sequence of one batch (distinct caches), slot i for caches[i]. Each
+  // continuing sequence's slot is checked before a new sequence of the batch gets one, and a new
+  // sequence never takes a slot of this batch: with no other slot left it throws moe::Error. Every
+  // error but a failed VRAM allocation is thrown before a slot changes.
+  std::vector<Slot*> acquire(std::span<const model::KvCache* const> caches);
   // After a forward succeeded: the slot is at `n_past` and the recurrent state it wrote is current.
   static void commit(Slot& slot, int64_t n_past);
 
@@ -83,6 +89,8 @@ class GpuSequenceStates {
                                  const model::KvConfig& kv);
 
  private:
+  // The K/V types and rotation `cache` asks for, per layer; throws for a type the GPU lacks.
+  std::vector<cuda::DeviceKvLayer> layout_of(const model::KvCache& cache) const;
   void allocate(Slot& s, const model::KvCache& cache, std::vector<cuda::DeviceKvLayer> layout);
 
   VramBudget& budget_;

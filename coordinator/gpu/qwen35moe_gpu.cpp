@@ -151,7 +151,7 @@ void Qwen35MoeGpu::reserve_layers(int64_t n) {
 }
 
 void Qwen35MoeGpu::delta_net_layer(const Layer& L, int64_t l, int64_t n,
-                                   GpuSequenceStates::Slot& seq) {
+                                   std::span<const SequenceRows> seqs) {
   const int64_t C = cfg_.ssm_conv_channels(), NK = cfg_.ssm_n_k_heads, NV = cfg_.ssm_n_v_heads;
   const int64_t DK = cfg_.ssm_head_k, DV = cfg_.ssm_head_v();
   const float* xn = this->xn();
@@ -166,19 +166,27 @@ void Qwen35MoeGpu::delta_net_layer(const Layer& L, int64_t l, int64_t n,
   cuda::matmul(L.wbeta.m, xn, n, beta, stream_);
   cuda::matmul(L.walpha.m, xn, n, g, stream_);
   cuda::delta_net_gates(beta, g, L.dt_bias.as<float>(), L.ssm_a.as<float>(), n, NV, stream_);
-  const GpuSequenceStates::RecurrentView st = seq.recurrent(l);
-  cuda::causal_conv1d({C, cfg_.ssm_conv_kernel}, qkv, n, L.conv_w.as<float>(), st.conv_in,
-                      st.conv_out, conv, /*silu=*/true, stream_);
-  // q and k heads sit side by side at the start of every conv row.
+  // The conv window continues each sequence's own inputs.
+  for (const SequenceRows& s : seqs) {
+    const GpuSequenceStates::RecurrentView st = s.seq->recurrent(l);
+    cuda::causal_conv1d({C, cfg_.ssm_conv_kernel}, qkv + s.row0 * C, s.n, L.conv_w.as<float>(),
+                        st.conv_in, st.conv_out, conv + s.row0 * C, /*silu=*/true, stream_);
+  }
+  // q and k heads sit side by side at the start of every conv row (per token: all rows at once).
   cuda::l2norm_heads(conv, n, C, 2 * NK, DK, cfg_.rms_eps, stream_);
-  cuda::gated_delta_net({NK, NV, DK, DV}, conv, conv + NK * DK, conv + 2 * NK * DK, C, g, beta, n,
-                        st.ssm_in, st.ssm_out, o, stream_);
+  for (const SequenceRows& s : seqs) {
+    const GpuSequenceStates::RecurrentView st = s.seq->recurrent(l);
+    const float* c0 = conv + s.row0 * C;
+    cuda::gated_delta_net({NK, NV, DK, DV}, c0, c0 + NK * DK, c0 + 2 * NK * DK, C, g + s.row0 * NV,
+                          beta + s.row0 * NV, s.n, st.ssm_in, st.ssm_out, o + s.row0 * NV * DV,
+                          stream_);
+  }
   cuda::rmsnorm_gated(o, L.ssm_norm.as<float>(), z, o, n * NV, DV, cfg_.rms_eps, stream_);
   cuda::matmul(L.wssm_out.m, o, n, d_mix_.as<float>(), stream_);
 }
 
-void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0,
-                                   GpuSequenceStates::Slot& seq) {
+void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n,
+                                   std::span<const SequenceRows> seqs) {
   const int64_t hk = cfg_.head_dim_k;
   const float* xn = this->xn();
   float* q = d_q_.as<float>();
@@ -188,10 +196,15 @@ void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n, int64_t
   cuda::matmul(L.wk.m, xn, n, d_k_.as<float>(), stream_);
   cuda::matmul(L.wv.m, xn, n, d_v_.as<float>(), stream_);
   cuda::split_query_gate(d_qg_.as<float>(), q, og, n, L.n_head, hk, stream_);
-  const int64_t H = L.n_head, HK = L.n_head_kv;
-  attend(cfg_, {H, HK}, seq.kv(l),
-         {q, H * hk, d_k_.as<float>(), HK * hk, d_v_.as<float>(), HK * cfg_.head_dim_v},
-         L.q_norm.as<float>(), L.k_norm.as<float>(), n, pos0, budget_, d_attn_ws_, attn, stream_);
+  const int64_t H = L.n_head, HK = L.n_head_kv, hv = cfg_.head_dim_v;
+  // Per sequence, on its rows and against its own cache.
+  for (const SequenceRows& s : seqs) {
+    attend(cfg_, {H, HK}, s.seq->kv(l),
+           {q + s.row0 * H * hk, H * hk, d_k_.as<float>() + s.row0 * HK * hk, HK * hk,
+            d_v_.as<float>() + s.row0 * HK * hv, HK * hv},
+           L.q_norm.as<float>(), L.k_norm.as<float>(), s.n, s.pos0, budget_, d_attn_ws_,
+           attn + s.row0 * H * hv, stream_);
+  }
   cuda::mul_sigmoid(attn, og, n * L.n_head * hk, stream_);
   cuda::matmul(L.wo.m, attn, n, d_mix_.as<float>(), stream_);
 }
@@ -229,8 +242,26 @@ void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
   }
 }
 
-void Qwen35MoeGpu::enqueue_layers(int64_t n, int64_t pos0, GpuSequenceStates::Slot& seq,
+void Qwen35MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs,
                                   const model::ForwardHooks* hooks) {
+  if (seqs.empty() || (seqs.size() > 1 && hooks)) {
+    throw Error("Qwen35MoeGpu: hooks need a batch of one sequence");
+  }
+  const int64_t n = seqs.back().row0 + seqs.back().n;
+  const int64_t pos0 = seqs.front().pos0;  // for the hooks (one sequence)
+  if (seqs.size() > 1) {
+    // Grown once for every sequence's attention up front: growing it between two sequences
+    // would free the old buffer, which waits for the device.
+    size_t ws = 0;
+    for (const Layer& L : layers_) {
+      if (L.recurrent) continue;
+      for (const SequenceRows& s : seqs) {
+        ws = std::max(ws,
+                      attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv}, s.n, s.pos0, false));
+      }
+    }
+    if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
+  }
   const int64_t E = cfg_.n_embd;
   const float eps = cfg_.rms_eps;
   float* x = this->x();
@@ -240,9 +271,9 @@ void Qwen35MoeGpu::enqueue_layers(int64_t n, int64_t pos0, GpuSequenceStates::Sl
     experts_->prefetch(l, n);  // a prefill's expert copies overlap the mixer
     cuda::rmsnorm(x, L.attn_norm.as<float>(), xn, n, E, eps, stream_);
     if (L.recurrent) {
-      delta_net_layer(L, l, n, seq);
+      delta_net_layer(L, l, n, seqs);
     } else {
-      attention_layer(L, l, n, pos0, seq);
+      attention_layer(L, l, n, seqs);
     }
     cuda::add_inplace(x, d_mix_.as<float>(), n * E, stream_);  // x is now the residual h
     cuda::rmsnorm(x, L.post_norm.as<float>(), xn, n, E, eps, stream_);

@@ -47,12 +47,12 @@ class Qwen35MoeGpu final : public GpuForward {
   Matrix matrix(const gguf::TensorInfo& t);
   void reserve_layers(int64_t n_tokens) override;
   std::string dense_summary() const override;
-  void enqueue_layers(int64_t n, int64_t pos0, GpuSequenceStates::Slot& seq,
+  void enqueue_layers(std::span<const SequenceRows> seqs,
                       const model::ForwardHooks* hooks) override;
-  // Mixer of layer l on xn (n tokens), output in d_mix_.
-  void delta_net_layer(const Layer& L, int64_t l, int64_t n, GpuSequenceStates::Slot& seq);
-  void attention_layer(const Layer& L, int64_t l, int64_t n, int64_t pos0,
-                       GpuSequenceStates::Slot& seq);
+  // Mixer of layer l on xn (n rows: every sequence's), output in d_mix_. The projections, gates
+  // and output run over all rows; the conv, the recurrence and attention per sequence.
+  void delta_net_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs);
+  void attention_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs);
   // x = h + routed + sigmoid-gated shared expert of the normalised xn (x holds h on entry).
   void ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const model::ForwardHooks* hooks);
 

@@ -76,13 +76,30 @@ void Qwen3MoeGpu::reserve_layers(int64_t n) {
   ++scratch_epoch_;
 }
 
-void Qwen3MoeGpu::enqueue_layers(int64_t n, int64_t pos0, const int32_t* device_pos0,
-                                 GpuSequenceStates::Slot& seq, const model::ForwardHooks* hooks) {
+void Qwen3MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
+                                 const model::ForwardHooks* hooks) {
+  if (seqs.empty() || (seqs.size() > 1 && (device_pos0 || hooks))) {
+    throw Error("Qwen3MoeGpu: a device position or hooks need a batch of one sequence");
+  }
   const int64_t E = cfg_.n_embd;
   const float eps = cfg_.rms_eps;
   float* x = this->x();
   float* xn = this->xn();
-  const int64_t hk = cfg_.head_dim_k;
+  const int64_t hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+  const int64_t n = seqs.back().row0 + seqs.back().n;
+  const int64_t pos0 = seqs.front().pos0;  // for the hooks (one sequence)
+  if (!device_pos0 && seqs.size() > 1) {
+    // Grown once for every sequence's attention up front: growing it between two sequences
+    // would free the old buffer, which waits for the device.
+    size_t ws = 0;
+    for (const Layer& L : layers_) {
+      for (const SequenceRows& s : seqs) {
+        ws = std::max(ws,
+                      attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv}, s.n, s.pos0, false));
+      }
+    }
+    if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
+  }
   std::vector<float> l_out;
   bool normed = false;  // xn holds this layer's attention norm of x already
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
@@ -104,8 +121,15 @@ void Qwen3MoeGpu::enqueue_layers(int64_t n, int64_t pos0, const int32_t* device_
       p.v = d_v_.as<float>();
       p.v_stride = L.wv.n_out;
     }
-    attend(cfg_, {L.n_head, L.n_head_kv}, seq.kv(l), p, L.q_norm.as<float>(), L.k_norm.as<float>(),
-           n, pos0, budget_, d_attn_ws_, d_attn_.as<float>(), stream_, device_pos0);
+    // Attention per sequence, on its rows of the projections and against its own cache.
+    for (const SequenceRows& s : seqs) {
+      const Projections ps{p.q + s.row0 * p.q_stride, p.q_stride,
+                           p.k + s.row0 * p.k_stride, p.k_stride,
+                           p.v + s.row0 * p.v_stride, p.v_stride};
+      attend(cfg_, {L.n_head, L.n_head_kv}, s.seq->kv(l), ps, L.q_norm.as<float>(),
+             L.k_norm.as<float>(), s.n, s.pos0, budget_, d_attn_ws_,
+             d_attn_.as<float>() + s.row0 * L.n_head * hv, stream_, device_pos0);
+    }
     cuda::matmul(L.wo, d_attn_.as<float>(), n, d_tmp_.as<float>(), stream_);
     cuda::add_rmsnorm(x, d_tmp_.as<float>(), L.ffn_norm.as<float>(), xn, n, E, eps, stream_);
     // The next layer's attention norm rides on this layer's expert combine where it can.
@@ -156,7 +180,8 @@ void Qwen3MoeGpu::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates:
     if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
     // Recording runs the host side of every layer once (the experts' accounting included).
     g->graph.capture(stream_, [&] {
-      enqueue_layers(1, pos0, pos, seq, nullptr);
+      const SequenceRows rows{0, 1, pos0, &seq};
+      enqueue_layers(std::span<const SequenceRows>(&rows, 1), pos, nullptr);
       io_->head_row(x, xn, stream_);
     });
     g->slot_generation = seq.generation();

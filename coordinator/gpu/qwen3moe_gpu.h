@@ -45,13 +45,14 @@ class Qwen3MoeGpu final : public GpuForward {
 
   void reserve_layers(int64_t n_tokens) override;
   std::string dense_summary() const override;
-  void enqueue_layers(int64_t n, int64_t pos0, GpuSequenceStates::Slot& seq,
+  void enqueue_layers(std::span<const SequenceRows> seqs,
                       const model::ForwardHooks* hooks) override {
-    enqueue_layers(n, pos0, nullptr, seq, hooks);
+    enqueue_layers(seqs, nullptr, hooks);
   }
-  // device_pos0: the position read on the device instead of pos0, for a graph.
-  void enqueue_layers(int64_t n, int64_t pos0, const int32_t* device_pos0,
-                      GpuSequenceStates::Slot& seq, const model::ForwardHooks* hooks);
+  // device_pos0: the position read on the device instead of seqs[0].pos0, for a graph (one
+  // sequence).
+  void enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
+                      const model::ForwardHooks* hooks);
   // A one-token step with every expert routed on the device runs from the slot's graph.
   void run_batch(std::span<const int32_t> tokens, int64_t pos0, GpuSequenceStates::Slot& seq,
                  model::LogitsMode mode, float* logits, const model::ForwardHooks* hooks) override;

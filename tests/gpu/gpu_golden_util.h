@@ -7,11 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "coordinator/gpu/gpu_options.h"
 #include "coordinator/model/model_arch.h"
+#include "experts/expert_executor.h"
 
 namespace moe::test::gpu {
 
@@ -71,6 +75,21 @@ inline std::vector<KvCase> kv_cases() {
           {"q5_0 K, q5_1 V", KvConfig::uniform(KvType::Q5_0, KvType::Q5_1)},
           {"q4_1", KvConfig::uniform(KvType::Q4_1, KvType::Q4_1)}};
 }
+
+// The CPU experts, throwing at one layer when told to: a CPU share that fails mid-forward.
+class FailingExecutor : public ExpertExecutor {
+ public:
+  explicit FailingExecutor(std::unique_ptr<ExpertExecutor> real) : real_(std::move(real)) {}
+  void run(int64_t layer, const float* x, int64_t n, std::span<const ExpertItem> items,
+           float* out) override {
+    if (fail_at >= 0 && layer == fail_at) throw moe::Error("CPU expert worker lost");
+    real_->run(layer, x, n, items, out);
+  }
+  int64_t fail_at = -1;
+
+ private:
+  std::unique_ptr<ExpertExecutor> real_;
+};
 
 }  // namespace moe::test::gpu
 

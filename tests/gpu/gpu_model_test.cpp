@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "coordinator/gpu/qwen35moe_gpu.h"
 #include "coordinator/gpu/qwen3moe_gpu.h"
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
@@ -584,20 +586,6 @@ TEST(GpuModel, PrefillCpuShareMatchesGoldens) {
 // The CPU's share computed on the runner thread the GPU stream waits on gives the logits of the
 // synchronous hand-off bit for bit (same kernels, same order of additions); a CPU share that fails
 // mid-forward fails that forward with its error, without a hang, and the model stays usable.
-class FailingExecutor : public ExpertExecutor {
- public:
-  explicit FailingExecutor(std::unique_ptr<ExpertExecutor> real) : real_(std::move(real)) {}
-  void run(int64_t layer, const float* x, int64_t n, std::span<const ExpertItem> items,
-           float* out) override {
-    if (fail_at >= 0 && layer == fail_at) throw moe::Error("CPU expert worker lost");
-    real_->run(layer, x, n, items, out);
-  }
-  int64_t fail_at = -1;
-
- private:
-  std::unique_ptr<ExpertExecutor> real_;
-};
-
 TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
   REQUIRE_GPU();
   const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
