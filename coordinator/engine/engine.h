@@ -1,8 +1,11 @@
 // The coordinator's generation engine: a bounded FIFO of jobs and one scheduler thread that runs
-// them one sequence at a time over the model (prompt in batches, then one token per step), checks
-// cancellation between steps, and streams events back into each Job. The KV cache outlives the
-// job (the prompt cache, llama-server's cache_prompt): the next job keeps the longest common
-// prefix of its prompt with the tokens the cache holds and evaluates only the rest.
+// up to -np of them at once, one per SequenceSlot, with continuous batching: every step is one
+// forward over all busy slots' new tokens (each decoding slot's sampled token, then prompt chunks
+// of the others up to n_batch), so a routed expert is read once for every token that needs it,
+// and a new job starts at the next step, not when the others end. Cancellation is checked between
+// steps; each job streams its events back into its Job. A slot's KV cache outlives its job (the
+// prompt cache, llama-server's cache_prompt): a job goes to the free slot whose tokens share the
+// longest prefix with its prompt and evaluates only the rest.
 //
 // Health probes (grpc.health.v1 Check) run a real one-token forward on the scheduler thread,
 // between the steps of whatever is running, so a long generation does not make the server look
@@ -25,6 +28,7 @@
 
 #include "coordinator/engine/job.h"
 #include "coordinator/engine/metrics_sink.h"
+#include "coordinator/engine/sequence_slot.h"
 #include "coordinator/model/kv_cache.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -32,14 +36,23 @@
 namespace moe::engine {
 
 struct EngineOptions {
-  int64_t n_ctx = 4096;        // per sequence
+  int64_t n_ctx = 4096;        // per sequence (slot)
+  int n_parallel = 1;          // -np: slots, sequences decoded together
   model::KvConfig kv;          // -ctk/-ctv, per-layer overrides, rotation
   size_t queue_capacity = 16;  // waiting jobs, not counting the running one
-  int64_t n_batch = 512;       // prompt tokens per forward
+  int64_t n_batch = 512;       // tokens per forward, all slots together (>= n_parallel)
   // Called on the scheduler thread before each job and probe: restart dead workers. It throws
   // WorkerUnavailable when they cannot be; empty: nothing to prepare.
   std::function<void()> prepare;
   MetricsSink* metrics = nullptr;  // optional; must outlive the engine
+};
+
+// What a slot holds, for llama-server's /slots.
+struct SlotStats {
+  int id = 0;
+  int64_t n_ctx = 0;
+  bool processing = false;
+  int64_t n_cached = 0;  // tokens in its cache (the prompt cache between requests)
 };
 
 struct EngineStats {
@@ -47,7 +60,8 @@ struct EngineStats {
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   double prompt_ms = 0, generation_ms = 0, last_tokens_per_second = 0;
   size_t queue_depth = 0, queue_capacity = 0;
-  unsigned running = 0;
+  unsigned running = 0;  // busy slots
+  std::vector<SlotStats> slots;
   bool draining = false;
   // The routed experts' runtime figures after the last finished job (GPU forwards only).
   std::optional<model::ExpertRuntimeStats> experts;
@@ -84,15 +98,16 @@ class Engine {
   };
 
   void scheduler_loop();
-  void run_job(Job& job);
   void run_probes();
-  // Tokens a job got through, kept up to date as it runs so that the work of a job that is
-  // cancelled or fails midway is counted too.
-  struct Progress {
-    int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
-  };
-  // Generates for `job`; returns the Finish event (Failed events are thrown as exceptions).
-  JobEvent generate(Job& job, uint32_t* seed, Progress* progress);
+  // Gives queued jobs to free slots (a job that cannot start ends at once).
+  void admit();
+  // One forward over every busy slot's next tokens, then each slot samples from its row.
+  void step();
+  // A job ended (in a slot, or before it got one): metrics, counters and its end event.
+  void end_job(const SequenceSlot::Progress& progress, Job& job, JobEvent end);
+  // The job that ran in `slot` ended with `end`: end_job, and the slot counts as free.
+  void slot_ended(SequenceSlot& slot, const std::shared_ptr<Job>& job, JobEvent end);
+  void update_slot_stats();
 
   model::ModelArch& model_;
   const tokenizer::Tokenizer& tok_;
@@ -105,23 +120,19 @@ class Engine {
   std::vector<std::shared_ptr<Probe>> probes_;
   bool stop_ = false;
   bool draining_ = false;
-  bool busy_ = false;
+  unsigned busy_ = 0;  // busy slots
   EngineStats stats_;
-  std::atomic<bool> stopping_{false};  // read between tokens without the lock
+  std::atomic<bool> stopping_{false};  // read between steps without the lock
 
-  // The prompt cache: the last job's sequence, kept when it ends, and the tokens whose K/V (and
-  // recurrent state) it holds, always exactly cache->n_past() of them (a forward that throws
-  // leaves the cache as it was). Scheduler thread only.
-  struct Slot {
-    std::optional<model::KvCache> cache;  // made at the first job, n_ctx positions
-    std::vector<int32_t> tokens;
-  };
-  Slot slot_;
+  // Scheduler thread only.
+  std::vector<std::unique_ptr<SequenceSlot>> slots_;
+  uint64_t clock_ = 0;  // orders the slots' use (least recently used first)
+  size_t rotate_ = 0;   // which slot's prompt is served first when the batch is full
   // The probes' own sequence, at a fixed address: a GPU forward keeps per-cache state and must
-  // not hand the slot's to a probe.
+  // not hand a slot's to a probe.
   std::optional<model::KvCache> probe_cache_;
 
-  std::vector<float> logits_;
+  std::vector<float> logits_;  // [n_parallel, n_vocab]
   // The vocabulary as grammars see it: built at the first constrained job (its prefix tree takes a
   // moment for 150k tokens), then shared by every matcher.
   std::shared_ptr<const grammar::TokenBytes> token_bytes_;

@@ -318,7 +318,7 @@ ServerFacts HttpServer::facts() const {
   f.model_path = opt_.model_path;
   f.n_ctx = state_.limits.n_ctx;
   f.kv_cache = state_.kv_cache;
-  if (engine::Engine* eng = state_.engine.load()) f.busy = eng->stats().running > 0;
+  if (engine::Engine* eng = state_.engine.load()) f.slots = eng->stats().slots;
   return f;
 }
 

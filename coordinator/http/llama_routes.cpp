@@ -97,7 +97,7 @@ Json apply_template_body(const Json& body, const server::ModelLimits& limits) {
 
 Json props_body(const ServerFacts& facts, const server::ModelLimits& limits) {
   return Json{{"default_generation_settings", Json{{"n_ctx", facts.n_ctx}}},
-              {"total_slots", facts.slots},
+              {"total_slots", facts.slots.size()},
               {"model_alias", facts.model_id},
               {"model_path", facts.model_path},
               {"chat_template", limits.chat_template ? limits.chat_template->source() : ""},
@@ -108,9 +108,9 @@ Json props_body(const ServerFacts& facts, const server::ModelLimits& limits) {
 
 Json slots_body(const ServerFacts& facts) {
   Json slots = Json::array();
-  for (int i = 0; i < facts.slots; ++i) {
-    slots.push_back(
-        Json{{"id", i}, {"n_ctx", facts.n_ctx}, {"is_processing", facts.busy && i == 0}});
+  for (const engine::SlotStats& s : facts.slots) {
+    slots.push_back(Json{
+        {"id", s.id}, {"n_ctx", s.n_ctx}, {"is_processing", s.processing}, {"n_past", s.n_cached}});
   }
   return slots;
 }

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "coordinator/engine/engine.h"
 #include "coordinator/server/request_validation.h"
 
 namespace moe::http {
@@ -26,9 +28,8 @@ nlohmann::ordered_json apply_template_body(const nlohmann::ordered_json& body,
 struct ServerFacts {
   std::string model_id, model_path;
   int64_t n_ctx = 0;
-  int slots = 1;
-  bool busy = false;     // a request is running
-  std::string kv_cache;  // types by layer, rotation, bytes
+  std::vector<engine::SlotStats> slots;  // -np of them
+  std::string kv_cache;                  // types by layer, rotation, bytes
 };
 nlohmann::ordered_json props_body(const ServerFacts& facts, const server::ModelLimits& limits);
 nlohmann::ordered_json slots_body(const ServerFacts& facts);

@@ -318,6 +318,7 @@ std::unique_ptr<model::ModelArch> load_model(const Args& a, const gguf::GgufFile
   }
   gpu::GpuOptions gpu_opt = a.gpu;
   gpu_opt.n_ctx = n_ctx;
+  gpu_opt.n_seq = a.llama.n_parallel;
   gpu_opt.kv = tools::kv_config(a.kv);
   std::string model_placement;
   auto model = gpu::create_model(
@@ -336,6 +337,7 @@ engine::EngineOptions engine_options(const Args& a, int64_t n_ctx,
                                      engine::WorkerPoolExperts* workers, http::Metrics* metrics) {
   engine::EngineOptions eo;
   eo.n_ctx = n_ctx;
+  eo.n_parallel = a.llama.n_parallel;
   eo.kv = tools::kv_config(a.kv);
   eo.queue_capacity = a.queue_size;
   eo.n_batch = a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
@@ -419,7 +421,14 @@ int run(const Args& a, const std::string& worker_secret) {
       gpu::cpu_pool_threads(a.gpu, place.coordinator_threads > 0 ? place.coordinator_threads : 1),
       place.coordinator_cpus, a.pool_spin);
   engine::LayerStats layer_stats(cfg.n_layer);
-  const int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
+  // -c is the whole context, shared out among the -np slots as llama-server does.
+  const int64_t n_ctx_total = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
+  const int n_parallel = a.llama.n_parallel;
+  const int64_t n_ctx = n_ctx_total / n_parallel;
+  if (n_ctx < 1) {
+    throw Error("-c " + std::to_string(n_ctx_total) + " cannot give each of -np " +
+                std::to_string(n_parallel) + " slots a position");
+  }
   auto model = load_model(a, file, pool, std::move(pool_experts), layer_stats, n_ctx);
 
   http::Metrics metrics;
@@ -439,6 +448,7 @@ int run(const Args& a, const std::string& worker_secret) {
   state.layers = &layer_stats;
   state.engine.store(eng.get());
   log("serving " + state.model_name + " on " + local + " (context " + std::to_string(eo.n_ctx) +
+      (eo.n_parallel > 1 ? " in each of " + std::to_string(eo.n_parallel) + " slots" : "") +
       ", queue " + std::to_string(eo.queue_capacity) + ")");
   std::unique_ptr<http::HttpServer> http_server;
   std::string http_addr;
@@ -481,7 +491,9 @@ int main(int argc, char** argv) {
                  "auto (one CPU worker per NUMA node), in-process, or a placement.yaml");
   app.add_option("-t,--threads", a.threads, "coordinator threads (default: the placement's)")
       ->check(CLI::Range(1, 1024));
-  app.add_option("-c,--ctx-size", a.n_ctx, "context per sequence (default min(4096, trained))")
+  app.add_option("-c,--ctx-size", a.n_ctx,
+                 "context size (default min(4096, trained)); -np N slots get 1/N of it each, as "
+                 "llama-server's")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   tools::add_kv_options(app, a.kv);
   app.add_option("-b,--batch-size", a.n_batch, "prompt tokens per forward (default 512)")

@@ -38,7 +38,9 @@ void add_llama_server_flags(CLI::App& app, LlamaServerFlags& f) {
   app.add_option("-n,--n-predict", f.n_predict,
                  "tokens to generate at most when a request sets no limit (-1: none)")
       ->group(kGroup);
-  app.add_option("--parallel", f.n_parallel, "-np: parallel slots (only 1 so far)")
+  app.add_option(
+         "--parallel", f.n_parallel,
+         "-np: parallel slots, decoded together (continuous batching); -c is shared among them")
       ->check(CLI::Range(1, 256))
       ->group(kGroup);
   app.add_option("--ubatch-size", f.ubatch,
@@ -74,10 +76,6 @@ void add_llama_server_flags(CLI::App& app, LlamaServerFlags& f) {
 
 void check_llama_server_flags(const LlamaServerFlags& f) {
   if (!f.unsupported.empty()) throw Error(f.unsupported);
-  if (f.n_parallel > 1) {
-    throw Error("-np " + std::to_string(f.n_parallel) +
-                ": parallel slots are not implemented yet; requests run one at a time (-np 1)");
-  }
 }
 
 }  // namespace moe::server

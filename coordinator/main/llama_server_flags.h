@@ -1,7 +1,7 @@
 // The flags of a llama-server command line that moe-coordinator takes as they are: server-wide
 // sampling defaults (--temp, --top-k, ..., --samplers, -s, -n), -np, -ub, --jinja, -fa,
 // --no-context-shift, --metrics, --mlock and --moe-resident. Flags whose feature does not exist
-// yet (parallel slots, context shift, per-layer and rotated KV caches) are declared too, so that
+// yet (context shift) are declared too, so that
 // they fail with one line saying so instead of "not expected" or, worse, being ignored.
 #pragma once
 
