@@ -3,6 +3,9 @@
 // one at a time from an empty cache, as llama-bench does (a greedy chain can settle into a loop
 // whose few experts an expert cache learns, which real text does not offer). Each test runs once to
 // warm up, then -r times; the table shows the median and standard deviation of tokens/second.
+// -npl 1,2,4,8 measures decoding several sequences together, as llama-batched-bench: each of N
+// sequences first evaluates its own -p random tokens (all N in one batch), then -n steps decode one
+// token of every sequence per forward; the table shows the aggregate tokens/second of both.
 // --experts process computes the routed experts in a moe-cpu-worker process instead of in-process,
 // so both paths can be compared on the same model and threads.
 #include <CLI/CLI.hpp>
@@ -40,6 +43,7 @@ struct Args {
   std::string model;
   int64_t n_prompt = 512, n_gen = 128;
   std::vector<int64_t> depths = {0};  // -d: tokens already in the cache before each test
+  std::vector<int64_t> parallel;      // -npl: sequences decoded together (empty: one, as ever)
   int threads = 0;
   int reps = 5;
   std::string output = "md";
@@ -176,6 +180,62 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a) {
   return results;
 }
 
+// -npl: for each N, N sequences evaluate -p tokens each in one batch (pp), then decode -n tokens
+// each, one forward per step over all N (tg); aggregate tokens/second, llama-batched-bench's S_PP
+// and S_TG.
+std::vector<Result> measure_parallel(ModelArch& model, const Args& a, int64_t n_ctx) {
+  const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(n_vocab) - 1);
+  std::vector<Result> results;
+  for (const int64_t n_seq : a.parallel) {
+    std::vector<KvCache> caches;
+    for (int64_t i = 0; i < n_seq; ++i) {
+      caches.push_back(model.make_cache(n_ctx, moe::tools::kv_config(a.kv)));
+    }
+    std::vector<float> logits(static_cast<size_t>(n_seq) * n_vocab);
+    const std::string x = " x" + std::to_string(n_seq);
+    Result pp{"pp" + std::to_string(a.n_prompt) + x, a.n_prompt, 0, 0, {}, 0, 0, 0};
+    Result tg{"tg" + std::to_string(a.n_gen) + x, 0, a.n_gen, 0, {}, 0, 0, 0};
+    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(n_seq));
+    std::vector<SequenceChunk> chunks(static_cast<size_t>(n_seq));
+    for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up
+      for (int64_t i = 0; i < n_seq; ++i) {
+        auto& t = tokens[static_cast<size_t>(i)];
+        t.resize(static_cast<size_t>(std::max<int64_t>(1, a.n_prompt)));
+        for (auto& id : t) id = dist(rng);
+        caches[static_cast<size_t>(i)].clear();
+        chunks[static_cast<size_t>(i)] = {t, &caches[static_cast<size_t>(i)]};
+      }
+      auto t0 = Clock::now();
+      model.forward_batch(chunks, logits.data());
+      double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep >= 0 && a.n_prompt > 0) {
+        pp.samples_ts.push_back(static_cast<double>(n_seq * a.n_prompt) / s);
+      }
+      t0 = Clock::now();
+      for (int64_t step = 0; step < a.n_gen; ++step) {
+        for (int64_t i = 0; i < n_seq; ++i) {
+          auto& t = tokens[static_cast<size_t>(i)];
+          t.assign(1, dist(rng));
+          chunks[static_cast<size_t>(i)].tokens = t;
+        }
+        model.forward_batch(chunks, logits.data());
+      }
+      s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep >= 0 && a.n_gen > 0) {
+        tg.samples_ts.push_back(static_cast<double>(n_seq * a.n_gen) / s);
+      }
+    }
+    for (Result* r : {&pp, &tg}) {
+      if (r->samples_ts.empty()) continue;
+      summarize(*r);
+      results.push_back(std::move(*r));
+    }
+  }
+  return results;
+}
+
 int run(const Args& a) {
   const auto file =
       moe::gguf::GgufFile::open(a.model, a.mmap && !a.gpu.no_mmap ? moe::gguf::LoadMode::Mapped
@@ -201,6 +261,10 @@ int run(const Args& a) {
   moe::gpu::GpuOptions gpu = a.gpu;
   const int64_t max_depth = *std::max_element(a.depths.begin(), a.depths.end());
   gpu.n_ctx = std::max<int64_t>(1, max_depth + a.n_prompt + a.n_gen);
+  if (!a.parallel.empty()) {
+    gpu.n_seq = *std::max_element(a.parallel.begin(), a.parallel.end());
+    gpu.n_ctx = std::max<int64_t>(1, a.n_prompt) + a.n_gen;
+  }
   gpu.kv = moe::tools::kv_config(a.kv);
   std::string placement;
   auto model = moe::gpu::create_model(file, pool, std::move(experts), gpu, &placement);
@@ -212,8 +276,13 @@ int run(const Args& a) {
     params += static_cast<uint64_t>(t.n_elements());
   }
   const int64_t n_ctx = gpu.n_ctx;
-  KvCache cache = model->make_cache(n_ctx, moe::tools::kv_config(a.kv));
-  const std::vector<Result> results = measure(*model, cache, a);
+  std::vector<Result> results;
+  if (a.parallel.empty()) {
+    KvCache cache = model->make_cache(n_ctx, moe::tools::kv_config(a.kv));
+    results = measure(*model, cache, a);
+  } else {
+    results = measure_parallel(*model, a, n_ctx);
+  }
 
   if (const std::string st = model->runtime_stats(); !st.empty()) {
     std::fprintf(stderr, "moe-bench: %s\n", st.c_str());
@@ -284,6 +353,11 @@ int main(int argc, char** argv) {
                  "tokens already in the cache before each test, as llama-bench (e.g. -d 0,8192)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--n-parallel-list", a.parallel,
+                 "-npl 1,2,4,8: sequences decoded together, as llama-batched-bench (each "
+                 "evaluates -p tokens, then decodes -n)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
   app.add_option("-t,--threads", a.threads, "threads (default: hardware threads)")
       ->check(CLI::Range(1, 1024));
   app.add_option("-r,--repetitions", a.reps, "repetitions of each test (after one warm-up)")
