@@ -30,9 +30,12 @@ Engine::Engine(model::ModelArch& model, const tokenizer::Tokenizer& tok, EngineO
                 "token of each of " + std::to_string(opt_.n_parallel) + " slots (raise -ub/-b)");
   }
   stats_.queue_capacity = opt_.queue_capacity;
+  fingerprint_ = SlotFingerprint::of(
+      model_.config(), model::KvCache(model_.config(), 1, opt_.kv, model::KvStorage::None),
+      opt_.weights);
   for (int i = 0; i < opt_.n_parallel; ++i) {
-    slots_.push_back(
-        std::make_unique<SequenceSlot>(i, model_, tok_, opt_.n_ctx, opt_.kv, opt_.metrics));
+    slots_.push_back(std::make_unique<SequenceSlot>(i, model_, tok_, opt_.n_ctx, opt_.kv,
+                                                    opt_.metrics, opt_.context_shift));
   }
   update_slot_stats();
   logits_.resize(static_cast<size_t>(opt_.n_parallel) *
@@ -102,11 +105,13 @@ void Engine::scheduler_loop() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] {
-        return stop_ || !probes_.empty() || busy_ > 0 || (!queue_.empty() && busy_ < slots_.size());
+        return stop_ || !probes_.empty() || !slot_tasks_.empty() || busy_ > 0 ||
+               (!queue_.empty() && busy_ < slots_.size());
       });
       if (stop_) break;
     }
     run_probes();
+    run_slot_tasks();
     admit();
     step();
     update_slot_stats();
@@ -115,10 +120,12 @@ void Engine::scheduler_loop() {
   // Nobody will run what is left.
   std::deque<std::shared_ptr<Job>> left;
   std::vector<std::shared_ptr<Probe>> probes;
+  std::vector<std::shared_ptr<SlotTask>> slot_tasks;
   {
     std::lock_guard lock(mu_);
     left.swap(queue_);
     probes.swap(probes_);
+    slot_tasks.swap(slot_tasks_);
   }
   for (auto& slot : slots_) {
     if (slot->busy()) {
@@ -131,6 +138,9 @@ void Engine::scheduler_loop() {
     j->push(failed(JobError::Unavailable, "the coordinator is shutting down"));
   }
   for (auto& p : probes) p->result.set_value("the engine is stopping");
+  for (auto& t : slot_tasks) {
+    t->result.set_value({SlotActionResult::Unavailable, "the server is stopping"});
+  }
   update_slot_stats();
   idle_cv_.notify_all();
 }
@@ -161,6 +171,99 @@ void Engine::run_probes() {
     why = e.what();
   }
   for (auto& p : probes) p->result.set_value(why);
+}
+
+SlotActionResult Engine::slot_action(const SlotAction& action) {
+  const Clock::time_point t0 = Clock::now();
+  using R = SlotActionResult;
+  if (action.slot < 0 || action.slot >= opt_.n_parallel) {
+    return {R::BadRequest, "no slot " + std::to_string(action.slot) + " (this server has " +
+                               std::to_string(opt_.n_parallel) + ": ids 0 to " +
+                               std::to_string(opt_.n_parallel - 1) + ")"};
+  }
+  const auto file_failure = [](const SlotFileError& e) {
+    return R{e.kind() == SlotFileError::Invalid    ? R::BadRequest
+             : e.kind() == SlotFileError::NotFound ? R::NotFound
+                                                   : R::Failed,
+             e.what()};
+  };
+  auto task = std::make_shared<SlotTask>();
+  task->kind = action.kind;
+  task->slot = action.slot;
+  uint64_t bytes = 0;
+  if (action.kind == SlotAction::Restore) {
+    try {
+      SlotContents c = read_slot_file(action.path, fingerprint_, opt_.n_ctx);
+      task->tokens = std::move(c.tokens);
+      task->image = std::move(c.image);
+      bytes = c.bytes;
+    } catch (const SlotFileError& e) {
+      return file_failure(e);
+    }
+  }
+  std::future<R> done = task->result.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return {R::Unavailable, "the server is stopping"};
+    slot_tasks_.push_back(task);
+  }
+  cv_.notify_all();
+  R r = done.get();  // the scheduler answers every task, at the latest when it stops
+  if (r.status == R::Ok && action.kind == SlotAction::Save) {
+    try {
+      bytes = write_slot_file(action.path, fingerprint_, task->tokens, task->image);
+    } catch (const SlotFileError& e) {
+      return file_failure(e);
+    } catch (const std::exception& e) {
+      return {R::Failed, e.what()};
+    }
+  }
+  r.n_bytes = bytes;
+  r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return r;
+}
+
+void Engine::run_slot_tasks() {
+  std::vector<std::shared_ptr<SlotTask>> tasks;
+  {
+    std::lock_guard lock(mu_);
+    tasks.swap(slot_tasks_);
+  }
+  if (tasks.empty()) return;
+  std::vector<SlotActionResult> results(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    SlotTask& t = *tasks[i];
+    SequenceSlot& slot = *slots_[static_cast<size_t>(t.slot)];
+    SlotActionResult& r = results[i];
+    if (slot.busy()) {
+      r = {SlotActionResult::Busy, "slot " + std::to_string(t.slot) +
+                                       " is processing a request; try again once it is idle "
+                                       "(GET /slots: is_processing)"};
+      continue;
+    }
+    try {
+      switch (t.kind) {
+        case SlotAction::Save:
+          slot.export_state(t.tokens, t.image);
+          r.n_tokens = static_cast<int64_t>(t.tokens.size());
+          break;
+        case SlotAction::Restore:
+          r.n_tokens = static_cast<int64_t>(t.tokens.size());
+          slot.import_state(std::move(t.tokens), t.image);
+          t.image = {};  // copied in: free it now, not when the caller is done
+          break;
+        case SlotAction::Erase:
+          r.n_tokens = slot.n_cached();
+          slot.erase();
+          break;
+      }
+    } catch (const std::exception& e) {
+      r = {SlotActionResult::Failed, e.what()};
+    }
+  }
+  // /slots shows the new contents by the time the caller answers.
+  update_slot_stats();
+  for (size_t i = 0; i < tasks.size(); ++i) tasks[i]->result.set_value(std::move(results[i]));
 }
 
 void Engine::admit() {

@@ -9,7 +9,7 @@
 //
 // Health probes (grpc.health.v1 Check) run a real one-token forward on the scheduler thread,
 // between the steps of whatever is running, so a long generation does not make the server look
-// dead.
+// dead. Slot actions (save, restore, erase: slot_file.h) reach the slots the same way.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <memory>
@@ -29,6 +30,7 @@
 #include "coordinator/engine/job.h"
 #include "coordinator/engine/metrics_sink.h"
 #include "coordinator/engine/sequence_slot.h"
+#include "coordinator/engine/slot_file.h"
 #include "coordinator/model/kv_cache.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -41,10 +43,34 @@ struct EngineOptions {
   model::KvConfig kv;          // -ctk/-ctv, per-layer overrides, rotation
   size_t queue_capacity = 16;  // waiting jobs, not counting the running one
   int64_t n_batch = 512;       // tokens per forward, all slots together (>= n_parallel)
+  // --context-shift: a full context drops the older half of a sequence's tokens after the
+  // request's n_keep and generation goes on (not for a model with recurrent layers); off: the
+  // generation ends (finish reason context).
+  bool context_shift = false;
   // Called on the scheduler thread before each job and probe: restart dead workers. It throws
   // WorkerUnavailable when they cannot be; empty: nothing to prepare.
   std::function<void()> prepare;
   MetricsSink* metrics = nullptr;  // optional; must outlive the engine
+  // Slot files: weights_hash() of the model file, so a file of other weights is refused (0: not
+  // known; files saved then restore only into such an engine).
+  uint64_t weights = 0;
+};
+
+// llama-server's POST /slots/{id}?action=save|restore|erase (slot_file.h has the format).
+struct SlotAction {
+  enum Kind { Save, Restore, Erase } kind = Save;
+  int slot = 0;
+  std::filesystem::path path;  // Save, Restore
+};
+
+struct SlotActionResult {
+  // BadRequest: no such slot or an unusable file; NotFound: no such file; Busy: the slot runs a
+  // request; Unavailable: the engine is stopping; Failed: the disk or the model failed.
+  enum Status { Ok, BadRequest, NotFound, Busy, Unavailable, Failed } status = Ok;
+  std::string message;   // why, when not Ok
+  int64_t n_tokens = 0;  // saved, restored or erased
+  uint64_t n_bytes = 0;  // written or read
+  double ms = 0;
 };
 
 // What a slot holds, for llama-server's /slots.
@@ -90,15 +116,31 @@ class Engine {
   bool drain(Clock::time_point deadline);
 
   EngineStats stats() const;
+
+  // Saves, restores or erases a slot's cache (the prompt cache: a later request sharing the
+  // restored tokens reuses them). The state is copied out or in on the scheduler thread between
+  // steps, and only while the slot is free (Busy otherwise); the file is written or read on the
+  // calling thread, so other slots keep decoding meanwhile. A restore checks the whole file first:
+  // a bad one leaves the slot as it was (a failure while copying in, a GPU's, leaves it empty).
+  SlotActionResult slot_action(const SlotAction& action);
   int64_t n_ctx() const { return opt_.n_ctx; }
 
  private:
   struct Probe {
     std::promise<std::string> result;
   };
+  // A slot action's part on the scheduler thread.
+  struct SlotTask {
+    SlotAction::Kind kind = SlotAction::Save;
+    int slot = 0;
+    std::vector<int32_t> tokens;  // Save: out; Restore: in
+    model::SequenceImage image;
+    std::promise<SlotActionResult> result;
+  };
 
   void scheduler_loop();
   void run_probes();
+  void run_slot_tasks();
   // Gives queued jobs to free slots (a job that cannot start ends at once).
   void admit();
   // One forward over every busy slot's next tokens, then each slot samples from its row.
@@ -112,12 +154,14 @@ class Engine {
   model::ModelArch& model_;
   const tokenizer::Tokenizer& tok_;
   EngineOptions opt_;
+  SlotFingerprint fingerprint_;  // what this engine's slot files must match
 
   mutable std::mutex mu_;
   std::condition_variable cv_;       // scheduler: work arrived or stop
   std::condition_variable idle_cv_;  // drain: queue empty and nothing running
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::shared_ptr<Probe>> probes_;
+  std::vector<std::shared_ptr<SlotTask>> slot_tasks_;
   bool stop_ = false;
   bool draining_ = false;
   unsigned busy_ = 0;  // busy slots

@@ -37,6 +37,9 @@ struct JobRequest {
   std::shared_ptr<const grammar::Grammar> grammar;
   // -1: no log-probabilities; 0..20: each chunk carries its tokens' and this many alternatives'.
   int top_logprobs = -1;
+  // Context shift (--context-shift): prompt tokens kept at the start when a full context drops
+  // older ones (-1: the whole prompt; clamped to the prompt).
+  int64_t n_keep = 0;
 };
 
 enum class FinishReason { Eog, Length, StopString, Context };

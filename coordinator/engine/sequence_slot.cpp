@@ -38,8 +38,15 @@ struct SequenceSlot::Running {
 };
 
 SequenceSlot::SequenceSlot(int id, model::ModelArch& model, const tokenizer::Tokenizer& tok,
-                           int64_t n_ctx, const model::KvConfig& kv, MetricsSink* metrics)
-    : id_(id), model_(model), tok_(tok), n_ctx_(n_ctx), kv_(kv), metrics_(metrics) {}
+                           int64_t n_ctx, const model::KvConfig& kv, MetricsSink* metrics,
+                           bool context_shift)
+    : id_(id),
+      model_(model),
+      tok_(tok),
+      n_ctx_(n_ctx),
+      kv_(kv),
+      metrics_(metrics),
+      context_shift_(context_shift) {}
 
 SequenceSlot::~SequenceSlot() = default;
 
@@ -84,7 +91,9 @@ void SequenceSlot::start(
   kv.truncate(reuse);
   tokens_.resize(static_cast<size_t>(reuse));
 
-  // Only the positions this job can use: n tokens need n_prompt + n - 1 of them.
+  // Only the positions this job can use: n tokens need n_prompt + n - 1 of them. Reaching
+  // n_ctx_job_ below n_ctx_ means max_tokens is reached too, so a context shift happens only at
+  // n_ctx_ (and a job may then generate past it, up to its max_tokens).
   n_ctx_job_ = n_ctx_;
   if (req.max_tokens > 0) n_ctx_job_ = std::min(n_ctx_job_, n_prompt + req.max_tokens - 1);
   n_ctx_job_ = std::max(n_ctx_job_, n_prompt);
@@ -155,9 +164,29 @@ std::optional<JobEvent> SequenceSlot::after_forward(std::span<const float> logit
   // A complete grammar allows only the end: stop here rather than spend a forward on it.
   if (r.grammar && r.grammar->must_end()) return finish(FinishReason::Eog, {});
   if (req.max_tokens > 0 && r.n_gen >= req.max_tokens) return finish(FinishReason::Length, {});
-  if (cache_->n_past() >= n_ctx_job_) return finish(FinishReason::Context, {});
+  if (cache_->n_past() >= n_ctx_job_ && !shift_context()) {
+    return finish(FinishReason::Context, {});
+  }
   pending_ = token;
   return std::nullopt;
+}
+
+bool SequenceSlot::shift_context() {
+  if (!context_shift_ || model_.config().has_recurrent()) return false;
+  // As llama-server: the request's n_keep (-1: the whole prompt), one more for a BOS the
+  // tokenizer added, at most the prompt; half of the rest goes.
+  const JobRequest& req = job_->request();
+  const auto n_prompt = static_cast<int64_t>(req.prompt.size());
+  int64_t n_keep = req.n_keep < 0 ? n_prompt : req.n_keep;
+  if (req.n_keep >= 0 && tok_.add_bos() && req.prompt.front() == tok_.bos_id()) ++n_keep;
+  n_keep = std::min(n_keep, n_prompt);
+  const int64_t n_discard = (cache_->n_past() - n_keep) / 2;
+  if (n_discard < 1) return false;
+  model_.shift_context(*cache_, n_keep, n_discard);
+  tokens_.erase(tokens_.begin() + n_keep, tokens_.begin() + n_keep + n_discard);
+  // The moved rows were computed beside tokens that are gone: no later prompt may reuse them.
+  exact_prefix_ = exact_prefix_ < 0 ? n_keep : std::min(exact_prefix_, n_keep);
+  return true;
 }
 
 JobEvent SequenceSlot::finish(FinishReason reason, std::string stop_string) {
@@ -208,7 +237,41 @@ JobEvent SequenceSlot::fail(JobError error, std::string message, bool keep_cache
   return ev;
 }
 
+void SequenceSlot::export_state(std::vector<int32_t>& tokens, model::SequenceImage& image) {
+  if (busy()) throw Error("slot " + std::to_string(id_) + " is busy");
+  model_.export_sequence(cache(), image);
+  tokens = tokens_;
+}
+
+void SequenceSlot::import_state(std::vector<int32_t> tokens, const model::SequenceImage& image) {
+  if (busy()) throw Error("slot " + std::to_string(id_) + " is busy");
+  if (static_cast<int64_t>(tokens.size()) != image.n_past) {
+    throw Error("slot state of " + std::to_string(image.n_past) + " positions for " +
+                std::to_string(tokens.size()) + " tokens");
+  }
+  model::KvCache& kv = cache();
+  try {
+    model_.import_sequence(kv, image);
+  } catch (...) {
+    // Refused before copying: the cache is as it was. Failed while copying: it is empty.
+    if (kv.n_past() != n_cached()) erase();
+    throw;
+  }
+  tokens_ = std::move(tokens);
+}
+
+void SequenceSlot::erase() {
+  if (busy()) throw Error("slot " + std::to_string(id_) + " is busy");
+  if (cache_) cache_->clear();
+  tokens_.clear();
+}
+
 void SequenceSlot::release() {
+  if (exact_prefix_ >= 0 && cache_ && cache_->n_past() > exact_prefix_) {
+    cache_->truncate(exact_prefix_);
+    tokens_.resize(static_cast<size_t>(exact_prefix_));
+  }
+  exact_prefix_ = -1;
   run_.reset();
   job_.reset();
   pending_ = -1;

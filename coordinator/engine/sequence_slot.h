@@ -34,8 +34,10 @@ class SequenceSlot {
   };
 
   // `model` and `tok` must outlive the slot; the cache (n_ctx positions) is made at the first job.
+  // `context_shift`: a full context drops older tokens and generation goes on
+  // (EngineOptions::context_shift).
   SequenceSlot(int id, model::ModelArch& model, const tokenizer::Tokenizer& tok, int64_t n_ctx,
-               const model::KvConfig& kv, MetricsSink* metrics);
+               const model::KvConfig& kv, MetricsSink* metrics, bool context_shift = false);
   ~SequenceSlot();
   SequenceSlot(const SequenceSlot&) = delete;
   SequenceSlot& operator=(const SequenceSlot&) = delete;
@@ -78,10 +80,19 @@ class SequenceSlot {
   const Progress& progress() const { return progress_; }
   model::KvCache& cache();
 
+  // Slot files (Engine::slot_action), on a free slot only (moe::Error otherwise): the tokens the
+  // cache holds and its state copied out; tokens and state copied in (the cache as it was when the
+  // model refuses the state before copying, else empty); the cache emptied.
+  void export_state(std::vector<int32_t>& tokens, model::SequenceImage& image);
+  void import_state(std::vector<int32_t> tokens, const model::SequenceImage& image);
+  void erase();
+
  private:
   struct Running;  // the job's sampling state
   const std::vector<int32_t>& prompt() const { return job_->request().prompt; }
   JobEvent finish(FinishReason reason, std::string stop_string);
+  // Makes room in a full context by a context shift; false when off or impossible.
+  bool shift_context();
   void release();
 
   int id_;
@@ -92,6 +103,10 @@ class SequenceSlot {
   MetricsSink* metrics_;
   std::optional<model::KvCache> cache_;
   std::vector<int32_t> tokens_;  // exactly the cache's n_past() tokens
+  bool context_shift_;
+  // After a context shift in the running job: the leading positions whose rows still equal a cold
+  // evaluation of their tokens (the prompt cache keeps only those); -1: no shift.
+  int64_t exact_prefix_ = -1;
   uint64_t last_used_ = 0;
 
   std::shared_ptr<Job> job_;

@@ -8,6 +8,7 @@
 #include "coordinator/gpu/gpu_executor_choice.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
+#include "coordinator/model/kv_shift.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace moe::gpu {
@@ -173,6 +174,29 @@ bool GpuForward::restore_checkpoint(model::KvCache& cache) {
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   cache.restore_checkpoint();
   return true;
+}
+
+void GpuForward::export_sequence(const model::KvCache& cache, model::SequenceImage& image) {
+  seqs_.export_sequence(cache, image, stream_);
+}
+
+void GpuForward::import_sequence(model::KvCache& cache, const model::SequenceImage& image) {
+  cache.check_image(image);  // a bad image changes nothing
+  cache.clear();             // acquire's new sequence; a failed copy leaves it empty
+  try {
+    seqs_.import_sequence(cache, image, stream_);
+  } catch (...) {
+    (void)cudaStreamSynchronize(stream_);  // no copy may still read the image
+    throw;
+  }
+  cache.restore(image.n_past);
+}
+
+void GpuForward::shift_context(model::KvCache& cache, int64_t n_keep, int64_t n_discard) {
+  model::check_shift(cache, cfg_, n_keep, n_discard);  // before anything changes
+  const std::vector<float> cs = model::shift_angles(cfg_, n_discard);
+  seqs_.shift(cache, n_keep, n_discard, cs.data(), stream_);
+  cache.drop_positions(n_keep, n_discard);
 }
 
 std::string GpuForward::describe() const {

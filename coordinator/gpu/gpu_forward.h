@@ -49,6 +49,12 @@ class GpuForward : public model::ModelArch {
   // The prompt cache's checkpoints: the recurrent state is copied aside in VRAM.
   void save_checkpoint(model::KvCache& cache) override;
   bool restore_checkpoint(model::KvCache& cache) override;
+  // Slot files: the sequence's VRAM state copied to the host and back (GpuSequenceStates).
+  void export_sequence(const model::KvCache& cache, model::SequenceImage& image) override;
+  void import_sequence(model::KvCache& cache, const model::SequenceImage& image) override;
+
+  // Context shift: the sequence's K/V rows moved and re-roped in VRAM (GpuSequenceStates::shift).
+  void shift_context(model::KvCache& cache, int64_t n_keep, int64_t n_discard) override;
 
   // Device, VRAM use by kind and where the experts live: printed at start.
   std::string describe() const;

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kv_shift.h"
 
 namespace moe::gpu {
 namespace {
@@ -240,6 +241,129 @@ bool GpuSequenceStates::restore_checkpoint(const model::KvCache& cache, cudaStre
   s->zero_ = s->ckpt_zero_;
   s->past_ = s->ckpt_pos_;
   return true;
+}
+
+void GpuSequenceStates::export_sequence(const model::KvCache& cache, model::SequenceImage& img,
+                                        cudaStream_t stream) {
+  const int64_t n = cache.n_past();
+  const Slot* s = nullptr;
+  for (const Slot& c : slots_) {
+    if (c.owner_ == &cache) s = &c;
+  }
+  // As acquire(): K/V rows alone may reach past the position (a kept prefix), a recurrent state
+  // must be exactly there.
+  if (n > 0 && (!s || s->past_ < n || (cfg_.has_recurrent() && s->past_ != n))) {
+    throw Error("GPU model: the state of this sequence is not in VRAM");
+  }
+  for (int64_t l = 0; l < cfg_.n_layer && n > 0; ++l) {
+    const cuda::DeviceKvLayer& d = s->layers_[static_cast<size_t>(l)].view;
+    if (!cfg_.is_recurrent(l) &&
+        (d.k_row_bytes != cache.k_row_size(l) || d.v_row_bytes != cache.v_row_size(l))) {
+      throw Error("GPU model: layer " + std::to_string(l) +
+                  "'s K/V rows in VRAM are not of the cache's types");
+    }
+  }
+  img.n_past = n;
+  img.layers.assign(static_cast<size_t>(cfg_.n_layer), {});
+  const auto rows = static_cast<size_t>(n);
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    model::SequenceImage::Layer& I = img.layers[static_cast<size_t>(l)];
+    if (cfg_.is_recurrent(l)) {
+      I.conv.assign(conv_floats(cfg_), 0.0f);
+      I.ssm.assign(ssm_floats(cfg_), 0.0f);
+    } else {
+      I.k.resize(rows * cache.k_row_size(l));
+      I.v.resize(rows * cache.v_row_size(l));
+    }
+    if (n == 0) continue;
+    const Slot::Layer& L = s->layers_[static_cast<size_t>(l)];
+    if (cfg_.is_recurrent(l)) {
+      if (s->zero_) continue;
+      MOE_CUDA_CHECK(cudaMemcpyAsync(I.conv.data(), L.conv[s->cur_].get(),
+                                     I.conv.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                     stream));
+      MOE_CUDA_CHECK(cudaMemcpyAsync(I.ssm.data(), L.ssm[s->cur_].get(),
+                                     I.ssm.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+      continue;
+    }
+    MOE_CUDA_CHECK(
+        cudaMemcpyAsync(I.k.data(), L.k.get(), I.k.size(), cudaMemcpyDeviceToHost, stream));
+    MOE_CUDA_CHECK(
+        cudaMemcpyAsync(I.v.data(), L.v.get(), I.v.size(), cudaMemcpyDeviceToHost, stream));
+  }
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void GpuSequenceStates::import_sequence(const model::KvCache& cache,
+                                        const model::SequenceImage& img, cudaStream_t stream) {
+  if (cache.n_past() != 0) {
+    throw Error("GPU model: a sequence can only be imported into an empty cache");
+  }
+  Slot& s = acquire(cache);  // past_ 0: a copy that fails below leaves an empty sequence
+  ++s.generation_;           // new contents under recorded addresses: record again
+  const int64_t n = img.n_past;
+  const auto rows = static_cast<size_t>(std::max<int64_t>(n, 0));
+  // Every size before the first copy: nothing is left in flight by a throw.
+  bool fits = n >= 0 && n <= s.ctx_ && img.layers.size() == s.layers_.size();
+  for (size_t l = 0; fits && l < s.layers_.size(); ++l) {
+    const model::SequenceImage::Layer& I = img.layers[l];
+    const Slot::Layer& L = s.layers_[l];
+    fits = cfg_.is_recurrent(static_cast<int64_t>(l))
+               ? I.conv.size() == conv_floats(cfg_) && I.ssm.size() == ssm_floats(cfg_)
+               : I.k.size() == rows * L.view.k_row_bytes && I.v.size() == rows * L.view.v_row_bytes;
+  }
+  if (!fits) throw Error("GPU model: a sequence image of another shape than this sequence");
+  for (int64_t l = 0; l < cfg_.n_layer && n > 0; ++l) {
+    const model::SequenceImage::Layer& I = img.layers[static_cast<size_t>(l)];
+    Slot::Layer& L = s.layers_[static_cast<size_t>(l)];
+    if (cfg_.is_recurrent(l)) {
+      MOE_CUDA_CHECK(cudaMemcpyAsync(L.conv[s.cur_].get(), I.conv.data(),
+                                     I.conv.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                     stream));
+      MOE_CUDA_CHECK(cudaMemcpyAsync(L.ssm[s.cur_].get(), I.ssm.data(),
+                                     I.ssm.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+      continue;
+    }
+    MOE_CUDA_CHECK(
+        cudaMemcpyAsync(L.k.get(), I.k.data(), I.k.size(), cudaMemcpyHostToDevice, stream));
+    MOE_CUDA_CHECK(
+        cudaMemcpyAsync(L.v.get(), I.v.data(), I.v.size(), cudaMemcpyHostToDevice, stream));
+  }
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  s.past_ = n;
+  s.zero_ = n == 0;
+  s.ckpt_pos_ = -1;
+}
+
+void GpuSequenceStates::shift(const model::KvCache& cache, int64_t n_keep, int64_t n_discard,
+                              const float* cs, cudaStream_t stream) {
+  Slot* s = nullptr;
+  for (Slot& c : slots_) {
+    if (c.owner_ == &cache && c.past_ >= cache.n_past()) s = &c;
+  }
+  if (!s || cfg_.has_recurrent()) throw Error("GPU model: no state in VRAM to shift");
+  int64_t k_elems = 1;
+  for (const Slot::Layer& L : s->layers_) k_elems = std::max(k_elems, L.view.k_elems);
+  // A chunk of rows at a time (kv_shift), so a small scratch serves any shift.
+  const int64_t rows = std::clamp<int64_t>((int64_t{1} << 18) / k_elems, 1, n_discard);
+  const size_t floats = static_cast<size_t>(rows * k_elems);
+  const VramBuffer scratch =
+      budget_.allocate(floats * sizeof(float), VramUse::Scratch, "context shift scratch");
+  ++s->generation_;  // the rows change under addresses a graph may have recorded
+  s->ckpt_pos_ = -1;
+  s->past_ = 0;  // until the shift completed: a failure leaves no usable sequence
+  try {
+    for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+      if (cfg_.is_recurrent(l)) continue;
+      cuda::kv_shift(s->layers_[static_cast<size_t>(l)].view, cache.n_past(), n_keep, n_discard,
+                     cfg_.head_dim_k, cfg_.n_rot, cs, scratch.as<float>(), floats, stream);
+    }
+    MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } catch (...) {
+    (void)cudaStreamSynchronize(stream);  // nothing may still use the scratch when it goes
+    throw;
+  }
+  s->past_ = cache.n_past() - n_discard;
 }
 
 void GpuSequenceStates::commit(Slot& s, int64_t n_past) {

@@ -16,6 +16,7 @@
 #include "common/ggml_type.h"
 #include "coordinator/gpu/vram_budget.h"
 #include "coordinator/model/kv_cache.h"
+#include "coordinator/model/sequence_image.h"
 #include "experts/model_config.h"
 #include "kernels/cuda/attention.h"
 
@@ -82,6 +83,26 @@ class GpuSequenceStates {
   // Copies it back and puts the slot at the checkpoint's position; false when the sequence's slot
   // went to another cache or was reallocated since (the caller starts from scratch).
   bool restore_checkpoint(const model::KvCache& cache, cudaStream_t stream);
+
+  // Slot files (GpuForward::export_sequence): rows [0, n_past) of `cache`'s sequence and its
+  // committed recurrent state copied to host bytes on `stream` (then synchronized). moe::Error if
+  // the sequence is not here.
+  void export_sequence(const model::KvCache& cache, model::SequenceImage& image,
+                       cudaStream_t stream);
+  // `image` into a slot for `cache`, which must be at position 0 (acquire's slot for a new
+  // sequence). The slot is then the cache's at image.n_past, with no checkpoint and a new
+  // generation (graphs recorded on it are recorded again). The caller checked the image against
+  // the cache (KvCache::check_image) and moves the cache to image.n_past (KvCache::restore).
+  void import_sequence(const model::KvCache& cache, const model::SequenceImage& image,
+                       cudaStream_t stream);
+
+  // Context shift (GpuForward::shift_context): cuda::kv_shift of every attention layer of `cache`'s
+  // sequence, its first cache.n_past() rows, on `stream` (then synchronized); `cs` is
+  // model::shift_angles. The slot is then at n_past - n_discard with no checkpoint and a new
+  // generation (a graph recorded on it is recorded again). The caller checked the arguments
+  // (model::check_shift); moe::Error if the sequence is not here.
+  void shift(const model::KvCache& cache, int64_t n_keep, int64_t n_discard, const float* cs,
+             cudaStream_t stream);
 
   // Bytes of one sequence's state at `n_ctx` positions with the cache types of `kv` (pool
   // auto-sizing: a q4_0 cache leaves more VRAM to the experts).

@@ -310,6 +310,22 @@ void HttpServer::llama_routes() {
   s.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump_lenient(slots_body(facts())), "application/json");
   });
+  s.Post(R"(/slots/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) {
+    engine::Engine* eng = state_.engine.load();
+    if (eng == nullptr) {
+      send_error(res,
+                 error(503, "the model is loading or the server is stopping", "unavailable_error"));
+      return;
+    }
+    try {
+      const engine::SlotAction action = slot_action_request(
+          req.matches[1].str(), req.get_param_value("action"), req.body, opt_.slot_save_path);
+      res.set_content(dump_lenient(slot_action_body(action, eng->slot_action(action))),
+                      "application/json");
+    } catch (const HttpError& e) {
+      send_error(res, e);
+    }
+  });
 }
 
 ServerFacts HttpServer::facts() const {

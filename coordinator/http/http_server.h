@@ -1,11 +1,12 @@
 // The OpenAI-compatible HTTP API (llama-server's behaviour) over the same engine as gRPC:
 // POST /v1/chat/completions and /v1/completions (streamed as server-sent events ending in
 // `data: [DONE]`, or whole), GET /v1/models, /health and /metrics, and llama-server's /tokenize,
-// /detokenize, /apply-template, /props and /slots (llama_routes.h). Errors are JSON bodies
-// ({"error": {...}}) with 400 (bad request), 401 (API key), 403 (an Origin not allowed, or a Host
-// that is not loopback's on a loopback server: DNS rebinding), 404, 413 (body too large), 429
-// (queue full) and 503 (starting, stopping, draining or a worker died). GET / (and /index.html)
-// is the built-in chat page (webui_route.h; --no-webui turns it off), open without the API key.
+// /detokenize, /apply-template, /props, /slots and POST /slots/{id} (llama_routes.h). Errors are
+// JSON bodies ({"error": {...}}) with 400 (bad request), 401 (API key), 403 (an Origin not
+// allowed, or a Host that is not loopback's on a loopback server: DNS rebinding), 404, 409 (a busy
+// slot), 413 (body too large), 429 (queue full), 501 (slot files without --slot-save-path) and 503
+// (starting, stopping, draining or a worker died). GET / (and /index.html) is the built-in chat
+// page (webui_route.h; --no-webui turns it off), open without the API key.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +47,8 @@ struct HttpOptions {
   bool strict_model = false;  // --alias: a request naming another model gets 404
   std::string model_path;     // /props
   bool webui = true;          // the chat page at GET / (--no-webui: 404)
+  // --slot-save-path: the folder of POST /slots/{id}'s files; empty: that route answers 501.
+  std::string slot_save_path;
 };
 
 class HttpServer {
@@ -64,7 +67,7 @@ class HttpServer {
 
  private:
   void routes();
-  // POST /tokenize, /detokenize, /apply-template; GET /props, /slots (llama-server's).
+  // POST /tokenize, /detokenize, /apply-template, /slots/{id}; GET /props, /slots (llama-server's).
   void llama_routes();
   ServerFacts facts() const;
   // Refuses (403, and false) a request from an Origin not allowed, or with a non-loopback Host on

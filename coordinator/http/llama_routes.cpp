@@ -1,9 +1,11 @@
 #include "coordinator/http/llama_routes.h"
 
+#include <filesystem>
 #include <span>
 #include <vector>
 
 #include "coordinator/chat_template/chat_template.h"
+#include "coordinator/engine/slot_file.h"
 #include "coordinator/http/openai_request.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "coordinator/tokenizer/utf8.h"
@@ -113,6 +115,81 @@ Json slots_body(const ServerFacts& facts) {
         {"id", s.id}, {"n_ctx", s.n_ctx}, {"is_processing", s.processing}, {"n_past", s.n_cached}});
   }
   return slots;
+}
+
+engine::SlotAction slot_action_request(const std::string& id, const std::string& action,
+                                       std::string_view body, const std::string& save_dir) {
+  // llama-server's answer too: the feature exists but this server was started without it, which
+  // no change to the request can fix (501, not 400).
+  if (save_dir.empty()) {
+    throw HttpError(501, "this server was not started with --slot-save-path: slot actions are off");
+  }
+  engine::SlotAction a;
+  if (id.empty() || id.size() > 6 || id.find_first_not_of("0123456789") != std::string::npos) {
+    bad("the slot id in /slots/{id} must be a number, not '" + id.substr(0, 32) + "'", "id_slot");
+  }
+  a.slot = std::stoi(id);
+  if (action == "erase") {
+    a.kind = engine::SlotAction::Erase;
+    return a;
+  }
+  if (action == "save") {
+    a.kind = engine::SlotAction::Save;
+  } else if (action == "restore") {
+    a.kind = engine::SlotAction::Restore;
+  } else {
+    const std::string got =
+        action.empty() ? " (?action=...)" : ", not '" + action.substr(0, 32) + "'";
+    bad("action must be save, restore or erase" + got, "action");
+  }
+  const Json j = parse_json_body(body);
+  require_object(j);
+  const auto name = j.find("filename");
+  if (name == j.end() || !name->is_string()) bad("filename must be a string", "filename");
+  const std::string& filename = name->get_ref<const std::string&>();
+  try {
+    engine::check_slot_filename(filename);
+  } catch (const engine::SlotFileError& e) {
+    bad(e.what(), "filename");
+  }
+  a.path = std::filesystem::path(save_dir) / filename;
+  return a;
+}
+
+Json slot_action_body(const engine::SlotAction& action, const engine::SlotActionResult& r) {
+  using R = engine::SlotActionResult;
+  switch (r.status) {
+    case R::Ok:
+      break;
+    case R::BadRequest:
+      throw HttpError(400, r.message);
+    case R::NotFound:
+      throw HttpError(404, r.message);
+    case R::Busy:
+      throw HttpError(409, r.message, std::nullopt, "conflict_error");
+    case R::Unavailable:
+      throw HttpError(503, r.message);
+    case R::Failed:
+      throw HttpError(500, r.message);
+  }
+  const std::string filename = action.path.filename().string();
+  switch (action.kind) {
+    case engine::SlotAction::Save:
+      return Json{{"id_slot", action.slot},
+                  {"filename", filename},
+                  {"n_saved", r.n_tokens},
+                  {"n_written", r.n_bytes},
+                  {"timings", Json{{"save_ms", r.ms}}}};
+    case engine::SlotAction::Restore:
+      return Json{{"id_slot", action.slot},
+                  {"filename", filename},
+                  {"n_restored", r.n_tokens},
+                  {"n_read", r.n_bytes},
+                  {"timings", Json{{"restore_ms", r.ms}}}};
+    case engine::SlotAction::Erase:
+      break;
+  }
+  return Json{{"id_slot", action.slot}, {"n_erased", r.n_tokens}};
 }
 
 }  // namespace moe::http

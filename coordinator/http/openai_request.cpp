@@ -290,6 +290,12 @@ void read_sampling(const Json& body, v1::GenerateRequest& req) {
   if (const Json* v = find(body, "cache_prompt")) {
     req.set_cache_prompt(get_bool(*v, "cache_prompt"));
   }
+  if (const Json* v = find(body, "n_keep")) {
+    // Kept tokens are at most the prompt anyway: a larger value means the whole prompt.
+    const int64_t n = get_integer(*v, "n_keep");
+    if (n < -1) bad("n_keep = " + v->dump() + " must be -1 (the whole prompt) or more", "n_keep");
+    req.set_n_keep(n > INT32_MAX ? INT32_MAX : static_cast<int32_t>(n));
+  }
   read_max_tokens(body, req);
   read_stop(body, req);
 }

@@ -341,6 +341,7 @@ engine::EngineOptions engine_options(const Args& a, int64_t n_ctx,
   eo.kv = tools::kv_config(a.kv);
   eo.queue_capacity = a.queue_size;
   eo.n_batch = a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
+  eo.context_shift = a.llama.context_shift;
   if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
   eo.metrics = metrics;
   return eo;
@@ -363,6 +364,7 @@ std::unique_ptr<http::HttpServer> start_http(const Args& a, server::ServingState
   ho.strict_model = !a.alias.empty();
   ho.model_path = a.model;
   ho.webui = a.webui;
+  ho.slot_save_path = a.llama.slot_save_path;
   auto http_server = std::make_unique<http::HttpServer>(ho, state, registry, metrics);
   http_addr = ho.host + ":" + std::to_string(http_server->port());
   log("OpenAI-compatible HTTP API on " + std::string(a.ssl_cert_file.empty() ? "http" : "https") +
@@ -423,6 +425,11 @@ int run(const Args& a, const std::string& worker_secret) {
   engine::LayerStats layer_stats(cfg.n_layer);
   // -c is the whole context, shared out among the -np slots as llama-server does.
   const int64_t n_ctx_total = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(4096, cfg.n_ctx_train);
+  if (cfg.n_ctx_train > 0 && n_ctx_total > cfg.n_ctx_train) {
+    // As llama.cpp: allowed, but positions past the trained context are not what the model saw.
+    log("warning: -c " + std::to_string(n_ctx_total) + " exceeds the context the model was " +
+        "trained for (" + std::to_string(cfg.n_ctx_train) + "): expect worse output past it");
+  }
   const int n_parallel = a.llama.n_parallel;
   const int64_t n_ctx = n_ctx_total / n_parallel;
   if (n_ctx < 1) {
@@ -432,7 +439,14 @@ int run(const Args& a, const std::string& worker_secret) {
   auto model = load_model(a, file, pool, std::move(pool_experts), layer_stats, n_ctx);
 
   http::Metrics metrics;
-  const engine::EngineOptions eo = engine_options(a, n_ctx, workers, &metrics);
+  engine::EngineOptions eo = engine_options(a, n_ctx, workers, &metrics);
+  eo.weights = engine::weights_hash(file);  // slot files restore only into these weights
+  if (eo.context_shift && cfg.has_recurrent()) {
+    // As llama.cpp, which turns it off for recurrent memory.
+    log("warning: --context-shift: " + cfg.arch + " keeps a recurrent state, which cannot drop " +
+        "positions; a full context ends the generation (as --no-context-shift)");
+    eo.context_shift = false;
+  }
   // The cache's layout by layer, checked before anything is served (a type the head size cannot
   // hold fails here, not at the first request).
   state.kv_cache =

@@ -1,5 +1,8 @@
 #include "coordinator/main/llama_server_flags.h"
 
+#include <filesystem>
+#include <system_error>
+
 #include "common/error.h"
 
 namespace moe::server {
@@ -7,29 +10,6 @@ namespace moe::server {
 namespace {
 
 constexpr const char* kGroup = "llama-server compatibility";
-
-// A flag of a feature that does not exist yet: accepted by the parser, refused by the check.
-void not_yet(CLI::App& app, LlamaServerFlags& f, const std::string& name, bool takes_value,
-             const std::string& why) {
-  const std::string flag = name.substr(0, name.find(','));
-  if (takes_value) {
-    app.add_option_function<std::string>(
-           name,
-           [&f, flag, why](const std::string&) {
-             if (f.unsupported.empty()) f.unsupported = flag + ": " + why;
-           },
-           why)
-        ->group(kGroup);
-  } else {
-    app.add_flag_callback(
-           name,
-           [&f, flag, why] {
-             if (f.unsupported.empty()) f.unsupported = flag + ": " + why;
-           },
-           why)
-        ->group(kGroup);
-  }
-}
 
 }  // namespace
 
@@ -56,10 +36,13 @@ void add_llama_server_flags(CLI::App& app, LlamaServerFlags& f) {
                  "online softmax (flash-style)")
       ->check(CLI::IsMember({"on", "off", "auto", "1", "0"}))
       ->group(kGroup);
-  app.add_flag("--no-context-shift")
-      ->description(
-          "a full context ends the generation (finish_reason length); the "
-          "default")
+  // One option, so that the last of the two on a command line wins.
+  app.add_flag("--context-shift,!--no-context-shift", f.context_shift,
+               "--context-shift: a full context drops the older half of a sequence's tokens after "
+               "the request's n_keep and generation goes on (not for models with recurrent "
+               "layers, such as qwen35moe: a warning, then as --no-context-shift); "
+               "--no-context-shift (the default): a full context ends the generation "
+               "(finish_reason length)")
       ->group(kGroup);
   app.add_flag("--metrics")
       ->description("/metrics is always served with the HTTP API; accepted")
@@ -70,12 +53,22 @@ void add_llama_server_flags(CLI::App& app, LlamaServerFlags& f) {
                  "budget leaves (--moe-resident-mib sets it); off: no pool")
       ->check(CLI::IsMember({"auto", "off"}))
       ->group(kGroup);
-  not_yet(app, f, "--context-shift", false,
-          "context shifting is not implemented; a full context ends the generation");
+  app.add_option("--slot-save-path", f.slot_save_path,
+                 "folder for POST /slots/{id}?action=save|restore files (a slot's tokens and "
+                 "state); created when missing; without it slot actions answer 501")
+      ->group(kGroup);
 }
 
 void check_llama_server_flags(const LlamaServerFlags& f) {
   if (!f.unsupported.empty()) throw Error(f.unsupported);
+  if (!f.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(f.slot_save_path, ec);
+    if (ec || !std::filesystem::is_directory(f.slot_save_path, ec)) {
+      throw Error("--slot-save-path " + f.slot_save_path + ": not a folder that can be created (" +
+                  (ec ? ec.message() : "a file is in the way") + ")");
+    }
+  }
 }
 
 }  // namespace moe::server

@@ -1,8 +1,8 @@
 // The flags of a llama-server command line that moe-coordinator takes as they are: server-wide
 // sampling defaults (--temp, --top-k, ..., --samplers, -s, -n), -np, -ub, --jinja, -fa,
-// --no-context-shift, --metrics, --mlock and --moe-resident. Flags whose feature does not exist
-// yet (context shift) are declared too, so that
-// they fail with one line saying so instead of "not expected" or, worse, being ignored.
+// --context-shift / --no-context-shift, --metrics, --mlock, --moe-resident and --slot-save-path.
+// A flag whose feature does not exist yet would be declared too (`unsupported`), so that it
+// fails with one line saying so instead of "not expected" or, worse, being ignored; none is now.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,7 +20,9 @@ struct LlamaServerFlags {
   int64_t ubatch = 0;               // -ub: tokens per forward (0: -b's)
   std::string flash_attn = "auto";  // -fa: accepted; our attention is always flash-style
   bool mlock = false;
+  bool context_shift = false;         // --context-shift (off: --no-context-shift, the default)
   std::string moe_resident = "auto";  // off: no VRAM pool of CPU-homed experts
+  std::string slot_save_path;         // POST /slots/{id} save/restore files; empty: off
   std::string unsupported;            // the first flag given whose feature does not exist yet
 };
 
@@ -28,7 +30,8 @@ struct LlamaServerFlags {
 // through tools::llama_style_argv).
 void add_llama_server_flags(CLI::App& app, LlamaServerFlags& f);
 
-// Throws moe::Error naming the first flag that cannot be honoured.
+// Throws moe::Error naming the first flag that cannot be honoured; creates --slot-save-path's
+// folder when it does not exist (as llama-server does).
 void check_llama_server_flags(const LlamaServerFlags& f);
 
 }  // namespace moe::server

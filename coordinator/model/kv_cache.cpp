@@ -1,5 +1,6 @@
 #include "coordinator/model/kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -157,6 +158,10 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, const KvConfig& kv, KvSt
   if (first_attention_ < 0) first_attention_ = 0;
   if (!cfg.recurrent.empty() && storage == KvStorage::Host) rs_ = RecurrentState(cfg);
   recurrent_ = cfg.has_recurrent();
+  if (recurrent_) {
+    conv_floats_ = (cfg.ssm_conv_kernel - 1) * cfg.ssm_conv_channels();
+    ssm_floats_ = cfg.ssm_n_v_heads * cfg.ssm_head_v() * cfg.ssm_head_k;
+  }
 }
 
 const KvCache::Layer& KvCache::layer_at(int64_t layer) const {
@@ -299,10 +304,129 @@ void KvCache::read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const {
   }
 }
 
+std::span<uint8_t> KvCache::k_row_data(int64_t layer, int64_t pos) {
+  require_host("K row access");
+  (void)layer_at(layer);  // moe::Error for a layer that does not exist
+  Layer& L = layers_[static_cast<size_t>(layer)];
+  if (L.k_row_bytes == 0 || pos < 0 || pos >= n_ctx_) {
+    throw Error("KV cache: no K row " + std::to_string(pos) + " in layer " + std::to_string(layer));
+  }
+  return {L.k.data() + static_cast<size_t>(pos) * L.k_row_bytes, L.k_row_bytes};
+}
+
+std::span<uint8_t> KvCache::v_row_data(int64_t layer, int64_t pos) {
+  require_host("V row access");
+  (void)layer_at(layer);  // moe::Error for a layer that does not exist
+  Layer& L = layers_[static_cast<size_t>(layer)];
+  if (L.v_row_bytes == 0 || pos < 0 || pos >= n_ctx_) {
+    throw Error("KV cache: no V row " + std::to_string(pos) + " in layer " + std::to_string(layer));
+  }
+  return {L.v.data() + static_cast<size_t>(pos) * L.v_row_bytes, L.v_row_bytes};
+}
+
+void KvCache::drop_positions(int64_t n_keep, int64_t n) {
+  if (recurrent_) {
+    throw Error("KV cache: a recurrent state cannot drop positions (no context shift)");
+  }
+  if (n_keep < 0 || n < 1 || n_keep > n_past_ - n) {
+    throw Error("KV cache: cannot drop " + std::to_string(n) + " positions after " +
+                std::to_string(n_keep) + " of " + std::to_string(n_past_));
+  }
+  n_past_ -= n;
+  checkpoint_pos_ = -1;
+}
+
 void KvCache::advance(int64_t n) {
   check_room(n);
   n_past_ += n;
   if (n > 0) rs_.commit();
+}
+
+void KvCache::check_image(const SequenceImage& img) const {
+  if (img.layers.size() != layers_.size()) {
+    throw Error("sequence image of " + std::to_string(img.layers.size()) +
+                " layers for a model of " + std::to_string(layers_.size()));
+  }
+  if (img.n_past < 0 || img.n_past > n_ctx_) {
+    throw Error("sequence image of " + std::to_string(img.n_past) + " positions for a context of " +
+                std::to_string(n_ctx_));
+  }
+  const auto n = static_cast<size_t>(img.n_past);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const SequenceImage::Layer& I = img.layers[l];
+    const bool rec = recurrent_ && L.k_row_bytes == 0;
+    const size_t conv = rec ? static_cast<size_t>(conv_floats_) : 0;
+    const size_t ssm = rec ? static_cast<size_t>(ssm_floats_) : 0;
+    if (I.k.size() != n * L.k_row_bytes || I.v.size() != n * L.v_row_bytes ||
+        I.conv.size() != conv || I.ssm.size() != ssm) {
+      throw Error("sequence image: layer " + std::to_string(l) + " does not match this cache (" +
+                  (rec ? "recurrent state" : "K/V rows") + " of another size)");
+    }
+  }
+}
+
+void KvCache::export_image(SequenceImage& img) const {
+  require_host("exporting the sequence");
+  img.n_past = n_past_;
+  img.layers.assign(layers_.size(), {});
+  const auto n = static_cast<size_t>(n_past_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    SequenceImage::Layer& I = img.layers[l];
+    I.k.assign(L.k.begin(), L.k.begin() + static_cast<std::ptrdiff_t>(n * L.k_row_bytes));
+    I.v.assign(L.v.begin(), L.v.begin() + static_cast<std::ptrdiff_t>(n * L.v_row_bytes));
+  }
+  if (!recurrent_) return;
+  // The snapshot is every recurrent layer's conv window, then its matrices, in layer order.
+  RecurrentState::Snapshot snap;
+  rs_.save(snap);
+  size_t at = 0;
+  for (int64_t l = 0; l < static_cast<int64_t>(layers_.size()); ++l) {
+    if (!rs_.has_layer(l)) continue;
+    SequenceImage::Layer& I = img.layers[static_cast<size_t>(l)];
+    I.conv.assign(static_cast<size_t>(conv_floats_), 0.0f);
+    I.ssm.assign(static_cast<size_t>(ssm_floats_), 0.0f);
+    if (snap.zero) continue;
+    std::copy_n(snap.values.begin() + static_cast<std::ptrdiff_t>(at), I.conv.size(),
+                I.conv.begin());
+    at += I.conv.size();
+    std::copy_n(snap.values.begin() + static_cast<std::ptrdiff_t>(at), I.ssm.size(), I.ssm.begin());
+    at += I.ssm.size();
+  }
+}
+
+void KvCache::import_image(const SequenceImage& img) {
+  require_host("importing the sequence");
+  check_image(img);
+  const auto n = static_cast<size_t>(img.n_past);
+  RecurrentState::Snapshot snap;
+  snap.zero = n == 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& L = layers_[l];
+    const SequenceImage::Layer& I = img.layers[l];
+    std::copy(I.k.begin(), I.k.end(), L.k.begin());
+    std::copy(I.v.begin(), I.v.end(), L.v.begin());
+    if (!snap.zero) {
+      snap.values.insert(snap.values.end(), I.conv.begin(), I.conv.end());
+      snap.values.insert(snap.values.end(), I.ssm.begin(), I.ssm.end());
+    }
+  }
+  if (recurrent_) rs_.restore(snap);
+  n_past_ = img.n_past;
+  checkpoint_pos_ = -1;
+}
+
+void KvCache::restore(int64_t n) {
+  if (storage_ == KvStorage::Host) {
+    throw Error("KV cache: restore(n) is for a cache whose state lives in VRAM; use import_image");
+  }
+  if (n < 0 || n > n_ctx_) {
+    throw Error("KV cache: cannot hold " + std::to_string(n) + " positions in a context of " +
+                std::to_string(n_ctx_));
+  }
+  n_past_ = n;
+  checkpoint_pos_ = -1;
 }
 
 }  // namespace moe::model

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/ggml_type.h"
 #include "coordinator/model/recurrent_state.h"
+#include "coordinator/model/sequence_image.h"
 #include "experts/model_config.h"
 
 namespace moe::model {
@@ -97,6 +99,15 @@ class KvCache {
   // Decodes rows [pos, pos + n) into dst (n * row_elems floats), as stored (still rotated).
   void read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const;
   void read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const;
+  // The stored bytes of one K / V row of an attention layer (host storage), for the context shift
+  // (kv_shift.h), which moves rows as bytes and re-encodes K.
+  std::span<uint8_t> k_row_data(int64_t layer, int64_t pos);
+  std::span<uint8_t> v_row_data(int64_t layer, int64_t pos);
+  // The context shift's bookkeeping, whatever the storage: positions [n_keep, n_keep + n) are gone
+  // and the later ones moved down (n_past() drops by n), the checkpoint with them. moe::Error,
+  // nothing changed, unless 0 <= n_keep, n >= 1, n_keep + n <= n_past() and the model has no
+  // recurrent layers (their state holds every position and cannot drop some).
+  void drop_positions(int64_t n_keep, int64_t n);
 
   // The recurrent layers' state (read the committed buffers, write the others); throws
   // moe::Error for a layer without one. A cache without host storage has none.
@@ -131,6 +142,25 @@ class KvCache {
   // its copy; moe::Error without a checkpoint.
   void restore_checkpoint();
 
+  // Slot files (coordinator/engine/slot_file.h): the sequence as plain bytes (SequenceImage).
+  // Bytes of one K / V row of a layer (0 for a recurrent layer), and the floats of one recurrent
+  // layer's conv window and DeltaNet matrices (0 without recurrent layers), whatever the storage.
+  size_t k_row_size(int64_t layer) const { return layer_at(layer).k_row_bytes; }
+  size_t v_row_size(int64_t layer) const { return layer_at(layer).v_row_bytes; }
+  int64_t conv_floats() const { return conv_floats_; }
+  int64_t ssm_floats() const { return ssm_floats_; }
+  // moe::Error naming the first difference unless `image` fits this cache: a layer entry per
+  // layer, n_past within n_ctx, rows [0, n_past) at this cache's row sizes, the recurrent shapes.
+  void check_image(const SequenceImage& image) const;
+  // Rows [0, n_past()) and the committed recurrent state, copied out (host storage).
+  void export_image(SequenceImage& image) const;
+  // check_image (nothing changes when it throws), then copies it in: n_past() = image.n_past,
+  // no checkpoint (host storage).
+  void import_image(const SequenceImage& image);
+  // A cache without host storage whose state a GPU forward put in VRAM: n_past() = n, no
+  // checkpoint. moe::Error for host storage (import_image) or n outside [0, n_ctx].
+  void restore(int64_t n);
+
  private:
   void require_host(const char* what) const;  // throws for KvStorage::None
   struct Layer {
@@ -151,6 +181,7 @@ class KvCache {
   bool recurrent_ = false;  // the model has recurrent layers (wherever their state lives)
   std::vector<Layer> layers_;
   RecurrentState rs_;
+  int64_t conv_floats_ = 0, ssm_floats_ = 0;  // per recurrent layer
 };
 
 }  // namespace moe::model

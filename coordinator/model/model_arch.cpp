@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "coordinator/model/batch_routing.h"
+#include "coordinator/model/kv_shift.h"
 #include "coordinator/model/qwen35moe.h"
 #include "coordinator/model/qwen3moe.h"
 
@@ -16,6 +17,10 @@ void ModelArch::forward_batch(std::span<const SequenceChunk> chunks, float* logi
   for (size_t i = 0; i < chunks.size(); ++i) {
     forward(chunks[i].tokens, *chunks[i].cache, LogitsMode::Last, logits + i * n_vocab);
   }
+}
+
+void ModelArch::shift_context(KvCache& cache, int64_t n_keep, int64_t n_discard) {
+  shift_kv(cache, config(), n_keep, n_discard);
 }
 
 std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::ThreadPool& pool,

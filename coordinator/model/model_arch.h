@@ -12,6 +12,7 @@
 
 #include "common/gguf.h"
 #include "coordinator/model/kv_cache.h"
+#include "coordinator/model/sequence_image.h"
 #include "coordinator/residency/expert_runtime_stats.h"
 #include "experts/expert_executor.h"
 #include "experts/model_config.h"
@@ -93,6 +94,21 @@ class ModelArch {
     cache.restore_checkpoint();
     return true;
   }
+  // A sequence's state as host bytes and back (slot files, coordinator/engine/slot_file.h): the
+  // default reads and writes the host KvCache; a GPU forward copies its VRAM state. Import throws
+  // moe::Error with the cache unchanged when the image does not fit it (KvCache::check_image); a
+  // failure while copying in (VRAM) leaves the cache empty. The imported cache has no checkpoint.
+  virtual void export_sequence(const KvCache& cache, SequenceImage& image) {
+    cache.export_image(image);
+  }
+  virtual void import_sequence(KvCache& cache, const SequenceImage& image) {
+    cache.import_image(image);
+  }
+  // Context shift (--context-shift, kv_shift.h): drops positions [n_keep, n_keep + n_discard) of
+  // the sequence and moves the later ones down, their K re-roped. moe::Error with nothing changed
+  // on bad arguments, and always for a model with recurrent layers. The default shifts the host
+  // cache; a GPU forward shifts its VRAM state.
+  virtual void shift_context(KvCache& cache, int64_t n_keep, int64_t n_discard);
   // Where this forward keeps sequence state: GPU forwards keep it in VRAM (KvStorage::None).
   virtual KvStorage cache_storage() const { return KvStorage::Host; }
   // One line on where the work ran since start (GPU forwards: expert items on VRAM copies, over

@@ -242,6 +242,11 @@ engine::JobRequest to_job_request(const v1::GenerateRequest& req, const ModelLim
   }
   out.ignore_eos = req.ignore_eos();
   out.cache_prompt = !req.has_cache_prompt() || req.cache_prompt();
+  if (req.has_n_keep() && req.n_keep() < -1) {
+    throw BadRequest("n_keep = " + std::to_string(req.n_keep()) +
+                     " must be -1 (the whole prompt) or more");
+  }
+  out.n_keep = req.has_n_keep() ? req.n_keep() : 0;
   if (req.top_logprobs() < 0 || req.top_logprobs() > sampling::Sampler::kMaxTopLogprobs) {
     throw BadRequest("top_logprobs = " + std::to_string(req.top_logprobs()) + " is outside 0.." +
                      std::to_string(sampling::Sampler::kMaxTopLogprobs));

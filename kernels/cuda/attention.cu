@@ -6,8 +6,6 @@
 // unnormalized output acc). When the (query block × KV head) grid is too small to fill the GPU
 // (decode), the positions are split into ranges over grid.z and a merge kernel combines the
 // partial (m, l, acc) of each query.
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -18,21 +16,11 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dequant_device.cuh"
+#include "kernels/cuda/kv_rows.cuh"
 #include "kernels/cuda/launch_util.cuh"
 
 namespace moe::cuda {
 namespace {
-
-enum KvCode : int {
-  kKvF32 = 0,
-  kKvF16 = 1,
-  kKvQ8_0 = 2,
-  kKvQ4_0 = 3,
-  kKvBF16 = 4,
-  kKvQ4_1 = 5,
-  kKvQ5_0 = 6,
-  kKvQ5_1 = 7
-};
 
 constexpr int kAttnWarps = 8;  // queries per block
 constexpr int kMaxHeadDim = 256;
@@ -64,165 +52,12 @@ __host__ __device__ inline int64_t split_length(int64_t n_kv, int64_t bound) {
 
 // ---- KV store -----------------------------------------------------------------------------------
 
-// One side (K or V) of a store: n_tokens source rows of `elems` floats, row t at src + t * stride.
-struct KvStoreSide {
-  uint8_t* base;
-  size_t row_bytes;
-  int code;
-  int64_t elems;
-  const float* src;
-  int64_t stride;
-};
-
-// F32 / F16 rows: one thread per element.
-__device__ __forceinline__ void kv_store_plain(const KvStoreSide& s, int64_t n_tokens,
-                                               int64_t pos0) {
-  for (int64_t i = grid_index(); i < n_tokens * s.elems; i += grid_stride()) {
-    const int64_t t = i / s.elems, e = i % s.elems;
-    uint8_t* row = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes);
-    const float x = s.src[t * s.stride + e];
-    if (s.code == kKvF32) {
-      reinterpret_cast<float*>(row)[e] = x;
-    } else if (s.code == kKvBF16) {
-      reinterpret_cast<__nv_bfloat16*>(row)[e] = __float2bfloat16_rn(x);
-    } else {
-      reinterpret_cast<__half*>(row)[e] = __float2half_rn(x);
-    }
-  }
-}
-
-// Q8_0 rows: one warp per block of 32, as quantize_row_q8_0_ref (d = amax / 127, q = roundf(x *
-// (1/d))), so the bytes equal the CPU cache's.
-__device__ __forceinline__ void kv_store_q8_0(const KvStoreSide& s, int64_t n_tokens,
-                                              int64_t pos0) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t blocks_per_row = s.elems / 32;
-  const int64_t n_blocks = n_tokens * blocks_per_row;
-  for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
-    const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
-    const float x = s.src[t * s.stride + b * 32 + lane];
-    float amax = fabsf(x);
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, m));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * 34;
-    blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x * id)));
-    if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
-  }
-}
-
-// The value of largest magnitude across the warp, with its sign; the lowest lane wins a tie, as
-// the reference quantizers' loops keep the first one they meet.
-__device__ __forceinline__ float warp_signed_absmax(float x, int lane) {
-  float best = x, best_abs = fabsf(x);
-  int best_lane = lane;
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) {
-    const float o = __shfl_xor_sync(0xFFFFFFFFu, best, m);
-    const float oa = __shfl_xor_sync(0xFFFFFFFFu, best_abs, m);
-    const int ol = __shfl_xor_sync(0xFFFFFFFFu, best_lane, m);
-    if (oa > best_abs || (oa == best_abs && ol < best_lane)) {
-      best = o;
-      best_abs = oa;
-      best_lane = ol;
-    }
-  }
-  return best;
-}
-
-// Q4_0 rows: one warp per block of 32, as quantize_row_q4_0_ref: the signed value of largest
-// magnitude (the first one in index order on ties, as its loop) maps to -8, d = max / -8, q =
-// min(15, (int)(x / d + 8.5)); lane j < 16 packs q[j] | q[j + 16] << 4. Byte-identical to the CPU.
-__device__ __forceinline__ void kv_store_q4_0(const KvStoreSide& s, int64_t n_tokens,
-                                              int64_t pos0) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t blocks_per_row = s.elems / 32;
-  const int64_t n_blocks = n_tokens * blocks_per_row;
-  for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
-    const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
-    const float x = s.src[t * s.stride + b * 32 + lane];
-    const float best = warp_signed_absmax(x, lane);
-    const float d = best / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    // Rounded multiply, then add (no fused multiply-add), as the CPU computes it.
-    const int q = min(15, static_cast<int>(__fadd_rn(__fmul_rn(x, id), 8.5f)));
-    const int hi = __shfl_down_sync(0xFFFFFFFFu, q, 16);
-    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * 18;
-    if (lane < 16) blk[2 + lane] = static_cast<uint8_t>(q | (hi << 4));
-    if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
-  }
-}
-
-// Q4_1 / Q5_1 / Q5_0 rows: one warp per block of 32, as their reference quantizers (kv_quant.cpp):
-// min/max (or the signed largest value for Q5_0) over the warp, d and the offset, q rounded half
-// up with separately rounded operations; lane j < 16 packs the low nibbles of q[j] and q[j + 16],
-// and the fifth bits (Q5) of all 32 lanes form qh through a ballot. Byte-identical to the CPU.
-template <int kCode>
-__device__ __forceinline__ void kv_store_q4q5(const KvStoreSide& s, int64_t n_tokens,
-                                              int64_t pos0) {
-  constexpr bool kAffine = kCode != kKvQ5_0;
-  constexpr int kBlock = kCode == kKvQ4_1 ? 20 : kCode == kKvQ5_0 ? 22 : 24;
-  constexpr int kQs = kCode == kKvQ4_1 ? 4 : kCode == kKvQ5_0 ? 6 : 8;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t blocks_per_row = s.elems / 32;
-  const int64_t n_blocks = n_tokens * blocks_per_row;
-  for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
-    const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
-    const float x = s.src[t * s.stride + b * 32 + lane];
-    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * kBlock;
-    int q;
-    if constexpr (kAffine) {
-      float mn = x, mx = x;
-#pragma unroll
-      for (int m = 16; m > 0; m >>= 1) {
-        mn = fminf(mn, __shfl_xor_sync(0xFFFFFFFFu, mn, m));
-        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, m));
-      }
-      const float d = __fdiv_rn(__fsub_rn(mx, mn), kCode == kKvQ4_1 ? 15.0f : 31.0f);
-      const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-      q = static_cast<int>(__fadd_rn(__fmul_rn(__fsub_rn(x, mn), id), 0.5f));
-      if (kCode == kKvQ4_1) q = min(15, q);
-      if (lane == 0) {
-        *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
-        *reinterpret_cast<__half*>(blk + 2) = __float2half_rn(mn);
-      }
-    } else {
-      const float best = warp_signed_absmax(x, lane);
-      const float d = __fdiv_rn(best, -16.0f);
-      const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-      q = min(31, static_cast<int>(__fadd_rn(__fmul_rn(x, id), 16.5f)));
-      if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
-    }
-    const int hi = __shfl_down_sync(0xFFFFFFFFu, q, 16);
-    const unsigned qh = __ballot_sync(0xFFFFFFFFu, (q >> 4) & 1);
-    if (lane < 16) blk[kQs + lane] = static_cast<uint8_t>((q & 15) | ((hi & 15) << 4));
-    if (kCode != kKvQ4_1 && lane < 4) {
-      const int at = kCode == kKvQ5_0 ? 2 : 4;
-      blk[at + lane] = static_cast<uint8_t>(qh >> (8 * lane));
-    }
-  }
-}
-
 // Grid: y = side (0: K, 1: V); x strides over that side's elements. One launch for both sides.
 __global__ void kv_store_kernel(KvStoreSide k, KvStoreSide v, int64_t n_tokens, int64_t pos0_host,
                                 const int32_t* device_pos0, int64_t n_ctx) {
   const int64_t pos0 = batch_pos0(device_pos0, pos0_host, n_tokens, n_ctx);
   if (pos0 < 0) return;
-  const KvStoreSide& s = blockIdx.y == 0 ? k : v;
-  if (s.code == kKvQ8_0) {
-    kv_store_q8_0(s, n_tokens, pos0);
-  } else if (s.code == kKvQ4_0) {
-    kv_store_q4_0(s, n_tokens, pos0);
-  } else if (s.code == kKvQ4_1) {
-    kv_store_q4q5<kKvQ4_1>(s, n_tokens, pos0);
-  } else if (s.code == kKvQ5_0) {
-    kv_store_q4q5<kKvQ5_0>(s, n_tokens, pos0);
-  } else if (s.code == kKvQ5_1) {
-    kv_store_q4q5<kKvQ5_1>(s, n_tokens, pos0);
-  } else {
-    kv_store_plain(s, n_tokens, pos0);
-  }
+  kv_store_rows(blockIdx.y == 0 ? k : v, n_tokens, pos0);
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -244,40 +79,6 @@ struct AttnArgs {
   float* part_acc;  // [gridDim.z][n_tokens * n_head][hd_v] when gridDim.z > 1
   float* part_ml;   // [gridDim.z][n_tokens * n_head][2]: running max, sum
 };
-
-// Element idx of a cache row, decoded exactly as the CPU's dequantize_row.
-template <int kCode>
-__device__ __forceinline__ float kv_value(const uint8_t* row, int64_t idx) {
-  if constexpr (kCode == kKvF32) {
-    return reinterpret_cast<const float*>(row)[idx];
-  } else if constexpr (kCode == kKvF16) {
-    return dq::ld_f16(row + 2 * idx);
-  } else if constexpr (kCode == kKvQ8_0) {
-    const uint8_t* b = row + (idx / 32) * 34;
-    return dq::int8_to_float(dq::ld_u8(b + 2 + idx % 32)) * dq::ld_f16(b);
-  } else if constexpr (kCode == kKvQ4_0) {
-    const uint8_t* b = row + (idx / 32) * 18;
-    const int j = static_cast<int>(idx % 32);
-    const int byte = dq::ld_u8(b + 2 + (j & 15));
-    return static_cast<float>(((j < 16 ? byte : byte >> 4) & 15) - 8) * dq::ld_f16(b);
-  } else if constexpr (kCode == kKvBF16) {
-    return __uint_as_float(dq::ld_u16(row + 2 * idx) << 16);
-  } else {
-    // Q4_1, Q5_0, Q5_1: the low nibble, the fifth bit from qh, then d, and m where affine.
-    constexpr int kBlock = kCode == kKvQ4_1 ? 20 : kCode == kKvQ5_0 ? 22 : 24;
-    constexpr int kQs = kCode == kKvQ4_1 ? 4 : kCode == kKvQ5_0 ? 6 : 8;
-    const uint8_t* b = row + (idx / 32) * kBlock;
-    const int j = static_cast<int>(idx % 32);
-    const int byte = dq::ld_u8(b + kQs + (j & 15));
-    int q = (j < 16 ? byte : byte >> 4) & 15;
-    if constexpr (kCode != kKvQ4_1) {
-      const int at = kCode == kKvQ5_0 ? 2 : 4;
-      q |= static_cast<int>((dq::ld_u8(b + at + j / 8) >> (j % 8)) & 1) << 4;
-    }
-    if constexpr (kCode == kKvQ5_0) return static_cast<float>(q - 16) * dq::ld_f16(b);
-    return static_cast<float>(q) * dq::ld_f16(b) + dq::ld_f16(b + 2);
-  }
-}
 
 // Rows p0 + warp + 8 rr (rr < RR) of one side of the cache, dims lane + 32 i of the head at
 // element `off`, into registers; zeros past p_end (never read: rows there may be unwritten) and
@@ -516,31 +317,6 @@ __global__ void __launch_bounds__(kMergeThreads)
 }
 
 // ---- host side ----------------------------------------------------------------------------------
-
-int kv_code(GgmlType t, const char* what) {
-  switch (t) {
-    case GgmlType::F32:
-      return kKvF32;
-    case GgmlType::F16:
-      return kKvF16;
-    case GgmlType::Q8_0:
-      return kKvQ8_0;
-    case GgmlType::Q4_0:
-      return kKvQ4_0;
-    case GgmlType::BF16:
-      return kKvBF16;
-    case GgmlType::Q4_1:
-      return kKvQ4_1;
-    case GgmlType::Q5_0:
-      return kKvQ5_0;
-    case GgmlType::Q5_1:
-      return kKvQ5_1;
-    default:
-      throw Error(std::string(what) + ": KV cache type " +
-                  ggml_type_label(static_cast<uint32_t>(t)) +
-                  " is not supported on the GPU (f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1)");
-  }
-}
 
 void check_kv_side(GgmlType type, const void* base, size_t row_bytes, int64_t elems,
                    const char* what, const char* side) {

@@ -198,7 +198,6 @@ TEST(LlamaServerCommand, ReferenceCommandServesWithItsDefaults) {
 TEST(LlamaServerCommand, FlagsOfMissingFeaturesAreRefusedClearly) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"-np", "2", "-c", "1"}, "cannot give each of -np 2 slots a position"},
-      {{"--context-shift"}, "context shifting is not implemented"},
       {{"-ctv-first", "q8_0"}, "-ctv-first 'q8_0': expected TYPE,N"},
       {{"--no-kv-rotation", "--k-cache-hadamard"}, "--no-kv-rotation contradicts"},
   };

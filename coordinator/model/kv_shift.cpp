@@ -1,0 +1,63 @@
+#include "coordinator/model/kv_shift.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/cpu/dequant.h"
+#include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/rope.h"
+
+namespace moe::model {
+
+void check_shift(const KvCache& cache, const ModelConfig& cfg, int64_t n_keep, int64_t n_discard) {
+  if (cfg.has_recurrent()) {
+    throw Error("context shift: " + cfg.arch +
+                " has recurrent layers, whose state cannot drop positions");
+  }
+  if (cfg.n_rot < 2 || cfg.n_rot % 2 != 0 || cfg.n_rot > cfg.head_dim_k) {
+    throw Error("context shift: rope dimension " + std::to_string(cfg.n_rot) +
+                " does not fit K heads of " + std::to_string(cfg.head_dim_k));
+  }
+  if (n_keep < 0 || n_discard < 1 || n_keep > cache.n_past() - n_discard) {
+    throw Error("context shift: cannot drop " + std::to_string(n_discard) + " positions after " +
+                std::to_string(n_keep) + " of " + std::to_string(cache.n_past()));
+  }
+}
+
+std::vector<float> shift_angles(const ModelConfig& cfg, int64_t n_discard) {
+  std::vector<float> cs(static_cast<size_t>(cfg.n_rot));
+  rope_angles(-n_discard, cfg.n_rot, cfg.rope_freq_base, cs.data());
+  return cs;
+}
+
+void shift_kv(KvCache& cache, const ModelConfig& cfg, int64_t n_keep, int64_t n_discard) {
+  check_shift(cache, cfg, n_keep, n_discard);
+  if (cache.storage() != KvStorage::Host) {
+    throw Error("context shift: this cache keeps its rows in VRAM (the GPU forward shifts them)");
+  }
+  const std::vector<float> cs = shift_angles(cfg, n_discard);
+  const int64_t n_move = cache.n_past() - n_keep - n_discard;
+  std::vector<float> k;
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    if (cfg.is_recurrent(l)) continue;
+    const GgmlType type = kv_ggml_type(cache.k_type(l));
+    const int64_t elems = cache.k_row_elems(l), rot = cache.k_rotation(l);
+    k.resize(static_cast<size_t>(elems));
+    // Upwards: row i goes to i - n_discard, below every row still to be read.
+    for (int64_t src = n_keep + n_discard; src < n_keep + n_discard + n_move; ++src) {
+      const int64_t dst = src - n_discard;
+      cpu::dequantize_row(type, cache.k_row_data(l, src).data(), k.data(), elems);
+      if (rot) cpu::hadamard_blocks(k.data(), elems, rot);
+      rope_neox(k.data(), elems / cfg.head_dim_k, cfg.head_dim_k, cfg.n_rot, cs.data());
+      if (rot) cpu::hadamard_blocks(k.data(), elems, rot);
+      cpu::encode_kv_row(type, k.data(), cache.k_row_data(l, dst).data(), elems);
+      const std::span<uint8_t> v = cache.v_row_data(l, src);
+      std::memcpy(cache.v_row_data(l, dst).data(), v.data(), v.size());
+    }
+  }
+  cache.drop_positions(n_keep, n_discard);
+}
+
+}  // namespace moe::model
