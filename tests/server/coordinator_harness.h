@@ -198,4 +198,27 @@ inline StreamResult run_stream(v1::Generation::Stub& stub, const v1::GenerateReq
   return run_stream(stub, req, ctx, [](const StreamResult&) {});
 }
 
+// The prompt's token ids from the coordinator's own tokenizer (gRPC Tokenize).
+inline std::vector<int32_t> tokenize(Coordinator& c, const std::string& text) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(in(std::chrono::seconds(10)));
+  v1::TokenizeRequest req;
+  req.set_text(text);
+  v1::TokenizeResponse resp;
+  const grpc::Status st = c.gen->Tokenize(&ctx, req, &resp);
+  if (!st.ok()) throw std::runtime_error("Tokenize: " + st.error_message());
+  return {resp.ids().begin(), resp.ids().end()};
+}
+
+// A greedy request (temperature 0) for `prompt` that ignores end-of-generation tokens, so it
+// produces exactly max_tokens.
+inline v1::GenerateRequest greedy(const std::vector<int32_t>& prompt, int max_tokens) {
+  v1::GenerateRequest req;
+  for (int32_t t : prompt) req.mutable_tokens()->add_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(0.0f);
+  req.set_ignore_eos(true);
+  return req;
+}
+
 }  // namespace moe::test
