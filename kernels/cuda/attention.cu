@@ -5,7 +5,8 @@
 // memory once for all 8 queries. Each warp keeps an online softmax (running max m, sum l,
 // unnormalized output acc). When the (query block × KV head) grid is too small to fill the GPU
 // (decode), the positions are split into ranges over grid.z and a merge kernel combines the
-// partial (m, l, acc) of each query.
+// partial (m, l, acc) of each query. Prompt batches on sm_80+ take the tensor-core kernel of
+// attention_mma.cu instead, which shares the splits and the merge.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -14,6 +15,8 @@
 
 #include "common/error.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_args.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dequant_device.cuh"
 #include "kernels/cuda/kv_rows.cuh"
@@ -22,33 +25,7 @@
 namespace moe::cuda {
 namespace {
 
-constexpr int kAttnWarps = 8;  // queries per block
-constexpr int kMaxHeadDim = 256;
-constexpr int kMinSplitPositions = 32;
-constexpr int kMaxSplits = 256;
-constexpr int kSplitAlign = 32;  // split lengths are whole tiles for every tile size
-
-// The first position of a batch: the host's value, or a device int32 read when the kernel runs
-// (one CUDA graph then serves every decode step). A device value that would put the batch outside
-// [0, n_ctx) is refused on the device (-1: nothing is written or read).
-__device__ __forceinline__ int64_t batch_pos0(const int32_t* device_pos0, int64_t pos0,
-                                              int64_t n_tokens, int64_t n_ctx) {
-  if (!device_pos0) return pos0;
-  const int64_t p = *device_pos0;
-  return p >= 0 && p + n_tokens <= n_ctx ? p : -1;
-}
-
-// Positions per grid.z slice for n_kv visible positions and at most `bound` slices: as few
-// slices as fill the GPU, none shorter than kMinSplitPositions, whole tiles. Host and device
-// compute it alike, so a graph's fixed grid (bound slices, the tail ones empty) gives the same
-// partial results as an eager launch of exactly the slices needed.
-__host__ __device__ inline int64_t split_length(int64_t n_kv, int64_t bound) {
-  int64_t n = (n_kv + kMinSplitPositions - 1) / kMinSplitPositions;
-  n = n < bound ? n : bound;
-  n = n > 1 ? n : 1;
-  const int64_t len = (n_kv + n - 1) / n;
-  return (len + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-}
+constexpr int kAttnWarps = 8;  // queries per block of the f32 kernel
 
 // ---- KV store -----------------------------------------------------------------------------------
 
@@ -61,24 +38,6 @@ __global__ void kv_store_kernel(KvStoreSide k, KvStoreSide v, int64_t n_tokens, 
 }
 
 // ---- attention ----------------------------------------------------------------------------------
-
-struct AttnArgs {
-  const uint8_t* k;
-  const uint8_t* v;
-  size_t k_row_bytes, v_row_bytes;
-  int k_code, v_code;
-  const float* q;
-  int64_t q_stride;
-  float* out;
-  int64_t n_tokens, pos0;
-  const int32_t* device_pos0;  // null: pos0
-  int64_t n_ctx;
-  int n_head, group, hd_k, hd_v;
-  float scale;
-  int split_bound;  // split_length()'s bound; the grid has gridDim.z <= split_bound slices
-  float* part_acc;  // [gridDim.z][n_tokens * n_head][hd_v] when gridDim.z > 1
-  float* part_ml;   // [gridDim.z][n_tokens * n_head][2]: running max, sum
-};
 
 // Rows p0 + warp + 8 rr (rr < RR) of one side of the cache, dims lane + 32 i of the head at
 // element `off`, into registers; zeros past p_end (never read: rows there may be unwritten) and
@@ -375,14 +334,15 @@ struct Plan {
   size_t workspace = 0;
 };
 
-// Splits the positions only when the query blocks alone would leave most SMs idle, and never into
-// ranges shorter than kMinSplitPositions. With a device position the grid takes the most slices
-// any position could need (the kernel finds the length from the position it reads).
+// Splits the positions only when the query blocks (rows_per_block query rows each) alone would
+// leave most SMs idle, and never into ranges shorter than kMinSplitPositions. With a device
+// position the grid takes the most slices any position could need (the kernel finds the length
+// from the position it reads).
 Plan plan_attention(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
-                    int64_t head_dim_v, bool device_pos0) {
+                    int64_t head_dim_v, bool device_pos0, int64_t rows_per_block) {
   Plan plan;
   const int64_t group = n_head / n_head_kv;
-  const int64_t base_blocks = (n_tokens * group + kAttnWarps - 1) / kAttnWarps * n_head_kv;
+  const int64_t base_blocks = (n_tokens * group + rows_per_block - 1) / rows_per_block * n_head_kv;
   const int64_t target = 4 * static_cast<int64_t>(sm_count());
   if (base_blocks < target) {
     plan.split_bound = static_cast<int>(
@@ -441,6 +401,31 @@ void launch_attention_kernel(const AttnArgs& a, int64_t n_head_kv, int n_split,
   MOE_CUDA_CHECK(cudaGetLastError());
 }
 
+AttnArgs make_args(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
+                   int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
+                   int64_t head_dim_v, float scale, float* out, const int32_t* device_pos0) {
+  AttnArgs a{};
+  a.k = static_cast<const uint8_t*>(kv.k);
+  a.v = static_cast<const uint8_t*>(kv.v);
+  a.k_row_bytes = kv.k_row_bytes;
+  a.v_row_bytes = kv.v_row_bytes;
+  a.k_code = kv_code(kv.k_type, "attention");
+  a.v_code = kv_code(kv.v_type, "attention");
+  a.q = q;
+  a.q_stride = q_stride;
+  a.out = out;
+  a.n_tokens = n_tokens;
+  a.pos0 = pos0;
+  a.device_pos0 = device_pos0;
+  a.n_ctx = kv.n_ctx;
+  a.n_head = static_cast<int>(n_head);
+  a.group = static_cast<int>(n_head / n_head_kv);
+  a.hd_k = static_cast<int>(head_dim_k);
+  a.hd_v = static_cast<int>(head_dim_v);
+  a.scale = scale;
+  return a;
+}
+
 }  // namespace
 
 void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n_tokens,
@@ -480,7 +465,21 @@ size_t attention_workspace_bytes(int64_t n_tokens, int64_t pos0, int64_t n_head,
       head_dim_v < 1) {
     return 0;
   }
-  return plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0).workspace;
+  // Enough for either kernel (which one runs depends on the cache and the device): the
+  // tensor-core kernel's larger row blocks leave fewer blocks, so it may split more.
+  return std::max(
+      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0, kAttnWarps)
+          .workspace,
+      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0, kMmaRows)
+          .workspace);
+}
+
+bool attention_uses_tensor_cores(const DeviceKvLayer& kv, int64_t n_tokens, int64_t n_head,
+                                 int64_t n_head_kv, int64_t head_dim_k, int64_t head_dim_v) {
+  check_kv(kv, "attention");
+  if (n_tokens < 1 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0) return false;
+  return attention_mma_serves(make_args(kv, nullptr, 0, n_tokens, 0, n_head, n_head_kv, head_dim_k,
+                                        head_dim_v, 1.0f, nullptr, nullptr));
 }
 
 void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
@@ -489,31 +488,15 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
                cudaStream_t stream, const int32_t* device_pos0) {
   check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out);
   if (n_tokens == 0) return;
-  const Plan plan =
-      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0 != nullptr);
+  AttnArgs a = make_args(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v,
+                         scale, out, device_pos0);
+  const bool mma = attention_mma_serves(a);
+  const Plan plan = plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v,
+                                   device_pos0 != nullptr, mma ? kMmaRows : kAttnWarps);
   if (plan.workspace > 0 && (!workspace || workspace_bytes < plan.workspace)) {
     throw Error("attention: workspace of " + std::to_string(workspace_bytes) + " bytes, " +
                 std::to_string(plan.workspace) + " needed");
   }
-  AttnArgs a{};
-  a.k = static_cast<const uint8_t*>(kv.k);
-  a.v = static_cast<const uint8_t*>(kv.v);
-  a.k_row_bytes = kv.k_row_bytes;
-  a.v_row_bytes = kv.v_row_bytes;
-  a.k_code = kv_code(kv.k_type, "attention");
-  a.v_code = kv_code(kv.v_type, "attention");
-  a.q = q;
-  a.q_stride = q_stride;
-  a.out = out;
-  a.n_tokens = n_tokens;
-  a.pos0 = pos0;
-  a.device_pos0 = device_pos0;
-  a.n_ctx = kv.n_ctx;
-  a.n_head = static_cast<int>(n_head);
-  a.group = static_cast<int>(n_head / n_head_kv);
-  a.hd_k = static_cast<int>(head_dim_k);
-  a.hd_v = static_cast<int>(head_dim_v);
-  a.scale = scale;
   a.split_bound = plan.split_bound;
   if (plan.n_split > 1) {
     a.part_acc = static_cast<float*>(workspace);
@@ -521,7 +504,9 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
                                  static_cast<size_t>(n_head) * static_cast<size_t>(head_dim_v);
   }
   const int64_t hd = std::max(head_dim_k, head_dim_v);
-  if (hd <= 32) {
+  if (mma) {
+    launch_attention_mma(a, n_head_kv, plan.n_split, stream);
+  } else if (hd <= 32) {
     launch_attention_kernel<1, 32>(a, n_head_kv, plan.n_split, stream);
   } else if (hd <= 64) {
     launch_attention_kernel<2, 32>(a, n_head_kv, plan.n_split, stream);
@@ -544,7 +529,7 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
   check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out);
   if (n_tokens == 0) return;
   const size_t bytes =
-      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, false).workspace;
+      attention_workspace_bytes(n_tokens, pos0, n_head, n_head_kv, head_dim_v, false);
   if (bytes == 0) {
     attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, scale,
               out, nullptr, 0, stream);

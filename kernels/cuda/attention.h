@@ -38,16 +38,23 @@ void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n
               int64_t pos0, cudaStream_t stream, const int32_t* device_pos0 = nullptr,
               int64_t k_stride = 0, int64_t v_stride = 0);
 
-// Causal GQA attention, everything f32 inside: q [n_tokens, n_head * head_dim_k] (row stride
-// q_stride floats), token t at position pos0 + t attends to cache positions [0, pos0 + t]; query
-// head h uses kv head h / (n_head / n_head_kv). out [n_tokens, n_head * head_dim_v] (contiguous)
+// Causal GQA attention: q [n_tokens, n_head * head_dim_k] (row stride q_stride floats), token t at
+// position pos0 + t attends to cache positions [0, pos0 + t]; query head h uses kv head
+// h / (n_head / n_head_kv). out [n_tokens, n_head * head_dim_v] (contiguous)
 // = softmax(q·K^T * scale)·V. An online softmax runs over tiles of positions; when there are too
 // few (token, kv head) blocks to fill the GPU (decode), the positions are split across blocks and
 // the partial results merged by a second kernel, in device scratch from cudaMallocAsync on
-// `stream`. Head dims up to 256. Does not synchronize.
+// `stream`. Head dims up to 256. Does not synchronize. Decode steps and f32 caches run in f32
+// throughout; prompt batches of 64 query rows or more (tokens × heads per KV head) on sm_80 and
+// newer run on tensor cores, with q, the cache rows and the probabilities rounded to f16 and f32
+// accumulation (attention_uses_tensor_cores says which).
 void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
                int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
                int64_t head_dim_v, float scale, float* out, cudaStream_t stream);
+
+// Whether attention() with these shapes runs the tensor-core kernel on the current device.
+bool attention_uses_tensor_cores(const DeviceKvLayer& kv, int64_t n_tokens, int64_t n_head,
+                                 int64_t n_head_kv, int64_t head_dim_k, int64_t head_dim_v);
 
 // Bytes of scratch attention() needs for these shapes on the current device (0 when it does not
 // split), for callers that bring their own (e.g. inside CUDA graphs or from an arena). With

@@ -72,7 +72,15 @@ struct Param {
   GgmlType k_type, v_type;
   Shape shape;
   int64_t n_tokens, pos0;
+  bool tensor_cores = false;  // on sm_80 and newer the tensor-core kernel must serve this call
 };
+
+int device_major() {
+  int dev = 0, major = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major;
+}
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   const Param& p = info.param;
@@ -82,6 +90,10 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
          std::to_string(p.shape.hd_v) + "_n" + std::to_string(p.n_tokens) + "_pos" +
          std::to_string(p.pos0);
 }
+
+constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0,
+                   Q4 = GgmlType::Q4_0, BF = GgmlType::BF16, Q41 = GgmlType::Q4_1,
+                   Q50 = GgmlType::Q5_0, Q51 = GgmlType::Q5_1;
 
 class AttentionCudaTest : public ::testing::TestWithParam<Param> {};
 
@@ -123,6 +135,15 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
   const int64_t out_n = P.n_tokens * s.n_head * s.hd_v;
   cuda::DeviceBuffer dout(static_cast<size_t>(out_n) * sizeof(float));
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd_k));
+  const bool tc =
+      attention_uses_tensor_cores(c.kv, P.n_tokens, s.n_head, s.n_head_kv, s.hd_k, s.hd_v);
+  if (P.tensor_cores && device_major() >= 8) {
+    EXPECT_TRUE(tc);
+  }
+  // The f32 kernel serves every decode step and every f32 cache.
+  if (P.n_tokens == 1 || P.k_type == F32 || P.v_type == F32) {
+    EXPECT_FALSE(tc);
+  }
   attention(c.kv, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_k,
             s.hd_v, scale, dout.as<float>(), nullptr);
   const auto out = test::to_host<float>(dout, static_cast<size_t>(out_n));
@@ -153,7 +174,8 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
       }
     }
   }
-  EXPECT_LE(test::normalized_error(out, want), 1e-5);
+  // Tensor cores round q, the cache rows and the probabilities to f16 (2^-11 relative each).
+  EXPECT_LE(test::normalized_error(out, want), tc ? 3e-3 : 1e-5);
 
   // Caller-provided scratch gives the same result bit for bit.
   const size_t ws = attention_workspace_bytes(P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_v);
@@ -183,9 +205,6 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
   EXPECT_EQ(test::to_host<float>(dout3, static_cast<size_t>(out_n)), out);
 }
 
-constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0,
-                   Q4 = GgmlType::Q4_0, BF = GgmlType::BF16, Q41 = GgmlType::Q4_1,
-                   Q50 = GgmlType::Q5_0, Q51 = GgmlType::Q5_1;
 constexpr Shape kGqa4x2{4, 2, 64, 64}, kGqa16x2{16, 2, 128, 128}, kHead256{8, 1, 256, 256},
     kMixed{4, 4, 96, 64};
 
@@ -207,6 +226,19 @@ std::vector<Param> params() {
     out.push_back({Q4, Q4, s, 1, 2999});
   }
   out.push_back({F32, F32, kGqa4x2, 300, 40});  // a larger prefill: many query blocks
+  // Prompt batches on tensor cores: every cache type, row blocks and position tiles cut short
+  // (77 tokens × 8 heads = 9.6 blocks of 64 rows; 1000 + 77 positions), unequal head dims, one
+  // head per KV head, and depths to 40k (a chat's next turn), splits and the merge included.
+  for (const auto& [kt, vt] :
+       {std::pair{F16, F16}, std::pair{Q8, Q8}, std::pair{Q4, Q4}, std::pair{F16, Q8},
+        std::pair{BF, BF}, std::pair{Q50, Q51}, std::pair{Q41, Q41}}) {
+    out.push_back({kt, vt, kGqa16x2, 77, 1000, true});
+  }
+  out.push_back({F16, F16, kHead256, 33, 5, true});
+  out.push_back({Q8, Q4, kHead256, 40, 3001, true});
+  out.push_back({F16, F16, kMixed, 70, 100, true});
+  out.push_back({Q4, Q4, kGqa16x2, 9, 40013, true});
+  out.push_back({F16, F16, Shape{16, 2, 256, 256}, 16, 32771, true});
   return out;
 }
 

@@ -1,0 +1,57 @@
+// What the attention kernels share (attention.cu's f32 kernel and attention_mma.cu's tensor-core
+// one): their arguments, and how the cache positions are split across grid.z and where a batch
+// starts, computed alike on the host and the device so both kernels' partials merge the same way.
+// Only .cu files include this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moe::cuda {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kMinSplitPositions = 32;
+constexpr int kMaxSplits = 256;
+constexpr int kSplitAlign = 32;  // split lengths are whole tiles for every tile size
+
+struct AttnArgs {
+  const uint8_t* k;
+  const uint8_t* v;
+  size_t k_row_bytes, v_row_bytes;
+  int k_code, v_code;
+  const float* q;
+  int64_t q_stride;
+  float* out;
+  int64_t n_tokens, pos0;
+  const int32_t* device_pos0;  // null: pos0
+  int64_t n_ctx;
+  int n_head, group, hd_k, hd_v;
+  float scale;
+  int split_bound;  // split_length()'s bound; the grid has gridDim.z <= split_bound slices
+  float* part_acc;  // [gridDim.z][n_tokens * n_head][hd_v] when gridDim.z > 1
+  float* part_ml;   // [gridDim.z][n_tokens * n_head][2]: running max, sum
+};
+
+// The first position of a batch: the host's value, or a device int32 read when the kernel runs
+// (one CUDA graph then serves every decode step). A device value that would put the batch outside
+// [0, n_ctx) is refused on the device (-1: nothing is written or read).
+__device__ __forceinline__ int64_t batch_pos0(const int32_t* device_pos0, int64_t pos0,
+                                              int64_t n_tokens, int64_t n_ctx) {
+  if (!device_pos0) return pos0;
+  const int64_t p = *device_pos0;
+  return p >= 0 && p + n_tokens <= n_ctx ? p : -1;
+}
+
+// Positions per grid.z slice for n_kv visible positions and at most `bound` slices: as few
+// slices as fill the GPU, none shorter than kMinSplitPositions, whole tiles. Host and device
+// compute it alike, so a graph's fixed grid (bound slices, the tail ones empty) gives the same
+// partial results as an eager launch of exactly the slices needed.
+__host__ __device__ inline int64_t split_length(int64_t n_kv, int64_t bound) {
+  int64_t n = (n_kv + kMinSplitPositions - 1) / kMinSplitPositions;
+  n = n < bound ? n : bound;
+  n = n > 1 ? n : 1;
+  const int64_t len = (n_kv + n - 1) / n;
+  return (len + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+}
+
+}  // namespace moe::cuda
