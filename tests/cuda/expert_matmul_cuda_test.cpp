@@ -322,7 +322,7 @@ TEST(GroupedMatmulCuda, RejectsBadArguments) {
 }
 
 // The fused gate/up/SwiGLU's host-side checks (no launch, so no GPU needed).
-TEST(GroupedMatmulCuda, FusedGateUpRejectsBadArguments) {
+TEST(GroupedMatmulCuda, RejectsBadFusedGateUpArguments) {
   const auto* ptrs = reinterpret_cast<const void* const*>(uintptr_t{0x10000});
   const auto* ip = reinterpret_cast<const int32_t*>(uintptr_t{0x20000});
   auto* f = reinterpret_cast<float*>(uintptr_t{0x30000});
