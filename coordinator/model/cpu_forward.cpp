@@ -41,13 +41,18 @@ void CpuForward::forward(std::span<const int32_t> tokens, KvCache& cache, Logits
   check_cache(cache);
   reserve(n);
 
-  emb_.embed(tokens, x_.data());
+  if (prof_ && prof_->active()) prof_->count_tokens(n);
+  {
+    const OpTimer timer(prof_, Op::kEmbed);
+    emb_.embed(tokens, x_.data());
+  }
   const SequenceRows seq{0, n, cache.n_past(), &cache};
   run_layers(n, std::span<const SequenceRows>(&seq, 1), hooks);
 
   // Output head: only the rows whose logits were asked for.
   const int64_t first = mode == LogitsMode::All ? 0 : n - 1;
   const int64_t rows = n - first;
+  const OpTimer timer(prof_, Op::kOutput, weight_bytes(output_));
   rmsnorm_rows(x_.data() + first * E, output_norm_.data(), xn_.data(), rows, E, cfg_.rms_eps);
   cpu::matmul(output_, xn_.data(), rows, logits, pool_, mm_, isa_);
   // Only now does the batch become part of the sequence (K/V positions and recurrent state).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "coordinator/model/model_arch.h"
+#include "coordinator/model/op_profile.h"
 #include "coordinator/model/routed_moe_cpu.h"
 #include "experts/expert_tensors.h"
 #include "experts/tensor_table.h"
@@ -33,6 +34,10 @@ class CpuForward : public ModelArch {
   void forward(std::span<const int32_t> tokens, KvCache& cache, LogitsMode mode, float* logits,
                const ForwardHooks* hooks) final;
   void forward_batch(std::span<const SequenceChunk> chunks, float* logits) final;
+  bool set_op_profile(OpProfile* profile) override {
+    prof_ = profile;
+    return true;
+  }
 
  protected:
   // Reads the config, the embeddings and the output head.
@@ -61,6 +66,7 @@ class CpuForward : public ModelArch {
   cpu::MatmulScratch mm_;  // grow-only
   RoutedMoeCpu moe_;
   std::vector<float> x_, xn_;  // residual rows, normed rows
+  OpProfile* prof_ = nullptr;  // moe-bench --op-profile's, else null
 
  private:
   // Grows x_, xn_ and every layer scratch to n tokens.

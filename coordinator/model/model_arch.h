@@ -20,6 +20,8 @@
 
 namespace moe::model {
 
+class OpProfile;
+
 // What one MoE layer did for a batch, handed to ForwardHooks::observe_layer. Pointers are valid
 // only during the callback. Row t is the token at position pos0 + t.
 struct LayerTrace {
@@ -116,6 +118,9 @@ class ModelArch {
   virtual std::string runtime_stats() const { return {}; }
   // The same as numbers (GetStats); nullopt for forwards without a GPU.
   virtual std::optional<ExpertRuntimeStats> expert_runtime() const { return std::nullopt; }
+  // CPU forwards time their ops into `profile` while it is active (null: none); false where the
+  // forward has no per-op profile (the GPU forwards).
+  virtual bool set_op_profile(OpProfile* /*profile*/) { return false; }
 };
 
 // The implementation for the file's general.architecture; throws moe::Error for unknown

@@ -110,36 +110,48 @@ void Qwen35Moe::delta_net_layer(const Layer& L, int64_t l, int64_t n,
                                 std::span<const SequenceRows> seqs) {
   const int64_t C = cfg_.ssm_conv_channels(), NK = cfg_.ssm_n_k_heads, NV = cfg_.ssm_n_v_heads;
   const int64_t DK = cfg_.ssm_head_k, DV = cfg_.ssm_head_v();
-  // One dispatch (and one conversion of xn per activation format) for the four projections.
-  const cpu::MatmulJob in[] = {{L.wqkv, xn_.data(), n, qkv_.data()},
-                               {L.wz, xn_.data(), n, z_.data()},
-                               {L.wbeta, xn_.data(), n, beta_.data()},
-                               {L.walpha, xn_.data(), n, gate_.data()}};
-  cpu::matmul_batch(in, pool_, mm_, isa_);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < NV; ++h) {
-      const auto i = static_cast<size_t>(t * NV + h), hi = static_cast<size_t>(h);
-      beta_[i] = sigmoid(beta_[i]);
-      // ssm_a = -exp(A_log) < 0, so g <= 0 and the decay exp(g) is at most 1.
-      gate_[i] = L.ssm_a[hi] * softplus(gate_[i] + L.dt_bias[hi]);
+  {
+    // One dispatch (and one conversion of xn per activation format) for the four projections.
+    const OpTimer timer(
+        prof_, Op::kSsmProj,
+        weight_bytes(L.wqkv) + weight_bytes(L.wz) + weight_bytes(L.wbeta) + weight_bytes(L.walpha));
+    const cpu::MatmulJob in[] = {{L.wqkv, xn_.data(), n, qkv_.data()},
+                                 {L.wz, xn_.data(), n, z_.data()},
+                                 {L.wbeta, xn_.data(), n, beta_.data()},
+                                 {L.walpha, xn_.data(), n, gate_.data()}};
+    cpu::matmul_batch(in, pool_, mm_, isa_);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t h = 0; h < NV; ++h) {
+        const auto i = static_cast<size_t>(t * NV + h), hi = static_cast<size_t>(h);
+        beta_[i] = sigmoid(beta_[i]);
+        // ssm_a = -exp(A_log) < 0, so g <= 0 and the decay exp(g) is at most 1.
+        gate_[i] = L.ssm_a[hi] * softplus(gate_[i] + L.dt_bias[hi]);
+      }
     }
   }
-  // The conv window and the DeltaNet matrices are each sequence's own: its rows continue its
-  // RecurrentState.
-  for (const SequenceRows& s : seqs) {
-    const RecurrentState::LayerView st = s.cache->recurrent(l);
-    causal_conv1d({C, cfg_.ssm_conv_kernel}, qkv_.data() + s.row0 * C, s.n, L.conv_w.data(),
-                  st.conv_in, st.conv_out, conv_.data() + s.row0 * C, /*silu=*/true, pool_);
+  {
+    // The conv window and the DeltaNet matrices are each sequence's own: its rows continue its
+    // RecurrentState.
+    const OpTimer timer(prof_, Op::kSsmConv);
+    for (const SequenceRows& s : seqs) {
+      const RecurrentState::LayerView st = s.cache->recurrent(l);
+      causal_conv1d({C, cfg_.ssm_conv_kernel}, qkv_.data() + s.row0 * C, s.n, L.conv_w.data(),
+                    st.conv_in, st.conv_out, conv_.data() + s.row0 * C, /*silu=*/true, pool_);
+    }
+    // q and k heads sit side by side at the start of every conv row.
+    for (int64_t t = 0; t < n; ++t) l2norm_rows(conv_.data() + t * C, 2 * NK, DK, cfg_.rms_eps);
   }
-  // q and k heads sit side by side at the start of every conv row.
-  for (int64_t t = 0; t < n; ++t) l2norm_rows(conv_.data() + t * C, 2 * NK, DK, cfg_.rms_eps);
-  for (const SequenceRows& s : seqs) {
-    const RecurrentState::LayerView st = s.cache->recurrent(l);
-    const float* q = conv_.data() + s.row0 * C;
-    gated_delta_net({NK, NV, DK, DV}, q, q + NK * DK, q + 2 * NK * DK, C,
-                    gate_.data() + s.row0 * NV, beta_.data() + s.row0 * NV, s.n, st.ssm_in,
-                    st.ssm_out, ssm_o_.data() + s.row0 * NV * DV, pool_);
+  {
+    const OpTimer timer(prof_, Op::kSsmDelta);
+    for (const SequenceRows& s : seqs) {
+      const RecurrentState::LayerView st = s.cache->recurrent(l);
+      const float* q = conv_.data() + s.row0 * C;
+      gated_delta_net({NK, NV, DK, DV}, q, q + NK * DK, q + 2 * NK * DK, C,
+                      gate_.data() + s.row0 * NV, beta_.data() + s.row0 * NV, s.n, st.ssm_in,
+                      st.ssm_out, ssm_o_.data() + s.row0 * NV * DV, pool_);
+    }
   }
+  const OpTimer timer(prof_, Op::kSsmOut, weight_bytes(L.wssm_out));
   rmsnorm_gated_rows(ssm_o_.data(), L.ssm_norm.data(), z_.data(), ssm_o_.data(), n * NV, DV,
                      cfg_.rms_eps);
   cpu::matmul(L.wssm_out, ssm_o_.data(), n, mix_.data(), pool_, mm_, isa_);
@@ -150,36 +162,48 @@ void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n,
   const int64_t hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
   const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
   const int64_t ow = L.n_head * hv;
-  const cpu::MatmulJob qkv[] = {{L.wq, xn_.data(), n, qg_.data()},
-                                {L.wk, xn_.data(), n, k_.data()},
-                                {L.wv, xn_.data(), n, v_.data()}};
-  cpu::matmul_batch(qkv, pool_, mm_, isa_);
-  // attn_q's rows are [query head h | gate head h] per head.
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < L.n_head; ++h) {
-      const float* src = qg_.data() + t * 2 * qw + h * 2 * hk;
-      std::memcpy(q_.data() + t * qw + h * hk, src, static_cast<size_t>(hk) * sizeof(float));
-      std::memcpy(ogate_.data() + t * qw + h * hk, src + hk,
-                  static_cast<size_t>(hk) * sizeof(float));
+  {
+    const OpTimer timer(prof_, Op::kAttnProj,
+                        weight_bytes(L.wq) + weight_bytes(L.wk) + weight_bytes(L.wv));
+    const cpu::MatmulJob qkv[] = {{L.wq, xn_.data(), n, qg_.data()},
+                                  {L.wk, xn_.data(), n, k_.data()},
+                                  {L.wv, xn_.data(), n, v_.data()}};
+    cpu::matmul_batch(qkv, pool_, mm_, isa_);
+    // attn_q's rows are [query head h | gate head h] per head.
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t h = 0; h < L.n_head; ++h) {
+        const float* src = qg_.data() + t * 2 * qw + h * 2 * hk;
+        std::memcpy(q_.data() + t * qw + h * hk, src, static_cast<size_t>(hk) * sizeof(float));
+        std::memcpy(ogate_.data() + t * qw + h * hk, src + hk,
+                    static_cast<size_t>(hk) * sizeof(float));
+      }
     }
   }
-  rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
-  rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);
+  {
+    const OpTimer timer(prof_, Op::kNorm);
+    rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
+    rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);
+  }
   const AttentionShape shape{L.n_head, L.n_head_kv, hk, hv,
                              1.0f / std::sqrt(static_cast<float>(hk))};
   // Positions, K/V and attention are each sequence's own.
   for (const SequenceRows& s : seqs) {
-    for (int64_t i = s.row0; i < s.row0 + s.n; ++i) {
-      const int64_t pos = s.pos0 + (i - s.row0);
-      rope_angles_imrope(pos, cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_sections.data(),
-                         rope_cs_.data());
-      rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
-      rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
-      s.cache->store(l, pos, k_.data() + i * kw, v_.data() + i * vw);
+    {
+      const OpTimer timer(prof_, Op::kRopeStore);
+      for (int64_t i = s.row0; i < s.row0 + s.n; ++i) {
+        const int64_t pos = s.pos0 + (i - s.row0);
+        rope_angles_imrope(pos, cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_sections.data(),
+                           rope_cs_.data());
+        rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
+        rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
+        s.cache->store(l, pos, k_.data() + i * kw, v_.data() + i * vw);
+      }
     }
+    const OpTimer timer(prof_, Op::kAttention);
     attention(shape, q_.data() + s.row0 * qw, s.n, s.pos0, *s.cache, l, attn_.data() + s.row0 * ow,
               pool_, attn_scratch_);
   }
+  const OpTimer timer(prof_, Op::kAttnOut, weight_bytes(L.wo));
   for (int64_t i = 0; i < n * qw; ++i) {
     attn_[static_cast<size_t>(i)] *= sigmoid(ogate_[static_cast<size_t>(i)]);
   }
@@ -188,9 +212,15 @@ void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n,
 
 void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd, FS = cfg_.n_ff_shexp;
-  moe_.run(l, L.router, xn_.data(), n, pos0, hooks, moe_out_.data(), pool_, mm_, isa_);
+  {
+    const OpTimer timer(prof_, Op::kRoutedExperts);
+    moe_.run(l, L.router, xn_.data(), n, pos0, hooks, moe_out_.data(), pool_, mm_, isa_);
+  }
 
   // Shared expert, scaled per token by sigmoid(w_gate_inp_shexp · m).
+  const OpTimer timer(prof_, Op::kSharedExpert,
+                      weight_bytes(L.sh_gate) + weight_bytes(L.sh_up) +
+                          weight_bytes(L.sh_gate_inp) + weight_bytes(L.sh_down));
   const cpu::MatmulJob shared[] = {{L.sh_gate, xn_.data(), n, sh_g_.data()},
                                    {L.sh_up, xn_.data(), n, sh_u_.data()},
                                    {L.sh_gate_inp, xn_.data(), n, sh_s_.data()}};
@@ -226,17 +256,26 @@ void Qwen35Moe::run_layers(int64_t n, std::span<const SequenceRows> seqs,
   const int64_t pos0 = seqs.front().pos0;  // the hooks' (one sequence)
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    {
+      const OpTimer timer(prof_, Op::kNorm);
+      rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    }
     if (L.recurrent) {
       delta_net_layer(L, l, n, seqs);
     } else {
       attention_layer(L, l, n, seqs);
     }
-    for (int64_t i = 0; i < n * E; ++i) {
-      const auto ii = static_cast<size_t>(i);
-      h_[ii] = x_[ii] + mix_[ii];
+    {
+      const OpTimer timer(prof_, Op::kResidual);
+      for (int64_t i = 0; i < n * E; ++i) {
+        const auto ii = static_cast<size_t>(i);
+        h_[ii] = x_[ii] + mix_[ii];
+      }
     }
-    rmsnorm_rows(h_.data(), L.post_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    {
+      const OpTimer timer(prof_, Op::kNorm);
+      rmsnorm_rows(h_.data(), L.post_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    }
     ffn(L, l, n, pos0, hooks);
 
     if (hooks && hooks->observe_layer) {

@@ -77,36 +77,65 @@ void Qwen3Moe::run_layers(int64_t n, std::span<const SequenceRows> seqs,
     const int64_t qw = L.n_head * hk, kw = L.n_head_kv * hk, vw = L.n_head_kv * hv;
     const int64_t ow = L.n_head * hv;
     // Attention block.
-    rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
-    // One dispatch and one conversion of xn for the three projections when decoding.
-    const cpu::MatmulJob qkv[] = {{L.wq, xn_.data(), n, q_.data()},
-                                  {L.wk, xn_.data(), n, k_.data()},
-                                  {L.wv, xn_.data(), n, v_.data()}};
-    cpu::matmul_batch(qkv, pool_, mm_, isa_);
-    // q/k RMSNorm per head (one shared gain vector over head_dim), before RoPE.
-    rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
-    rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);
+    {
+      const OpTimer timer(prof_, Op::kNorm);
+      rmsnorm_rows(x_.data(), L.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    }
+    {
+      // One dispatch and one conversion of xn for the three projections when decoding.
+      const OpTimer timer(prof_, Op::kAttnProj,
+                          weight_bytes(L.wq) + weight_bytes(L.wk) + weight_bytes(L.wv));
+      const cpu::MatmulJob qkv[] = {{L.wq, xn_.data(), n, q_.data()},
+                                    {L.wk, xn_.data(), n, k_.data()},
+                                    {L.wv, xn_.data(), n, v_.data()}};
+      cpu::matmul_batch(qkv, pool_, mm_, isa_);
+    }
+    {
+      // q/k RMSNorm per head (one shared gain vector over head_dim), before RoPE.
+      const OpTimer timer(prof_, Op::kNorm);
+      rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * L.n_head, hk, cfg_.rms_eps);
+      rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * L.n_head_kv, hk, cfg_.rms_eps);
+    }
     const AttentionShape shape{L.n_head, L.n_head_kv, hk, hv,
                                1.0f / std::sqrt(static_cast<float>(hk))};
     // Positions, K/V and attention are each sequence's own.
     for (const SequenceRows& s : seqs) {
-      for (int64_t i = s.row0; i < s.row0 + s.n; ++i) {
-        const int64_t pos = s.pos0 + (i - s.row0);
-        rope_angles(pos, cfg_.n_rot, cfg_.rope_freq_base, rope_cs_.data());
-        rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
-        rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
-        s.cache->store(l, pos, k_.data() + i * kw, v_.data() + i * vw);
+      {
+        const OpTimer timer(prof_, Op::kRopeStore);
+        for (int64_t i = s.row0; i < s.row0 + s.n; ++i) {
+          const int64_t pos = s.pos0 + (i - s.row0);
+          rope_angles(pos, cfg_.n_rot, cfg_.rope_freq_base, rope_cs_.data());
+          rope_neox(q_.data() + i * qw, L.n_head, hk, cfg_.n_rot, rope_cs_.data());
+          rope_neox(k_.data() + i * kw, L.n_head_kv, hk, cfg_.n_rot, rope_cs_.data());
+          s.cache->store(l, pos, k_.data() + i * kw, v_.data() + i * vw);
+        }
       }
+      const OpTimer timer(prof_, Op::kAttention);
       attention(shape, q_.data() + s.row0 * qw, s.n, s.pos0, *s.cache, l,
                 attn_.data() + s.row0 * ow, pool_, attn_scratch_);
     }
-    cpu::matmul(L.wo, attn_.data(), n, tmp_.data(), pool_, mm_, isa_);
-    add_rows(x_.data(), tmp_.data(), n * E);
+    {
+      const OpTimer timer(prof_, Op::kAttnOut, weight_bytes(L.wo));
+      cpu::matmul(L.wo, attn_.data(), n, tmp_.data(), pool_, mm_, isa_);
+    }
+    {
+      const OpTimer timer(prof_, Op::kResidual);
+      add_rows(x_.data(), tmp_.data(), n * E);
+    }
 
     // MoE block.
-    rmsnorm_rows(x_.data(), L.ffn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
-    moe_.run(l, L.router, xn_.data(), n, pos0, hooks, moe_out_.data(), pool_, mm_, isa_);
-    add_rows(x_.data(), moe_out_.data(), n * E);
+    {
+      const OpTimer timer(prof_, Op::kNorm);
+      rmsnorm_rows(x_.data(), L.ffn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+    }
+    {
+      const OpTimer timer(prof_, Op::kRoutedExperts);
+      moe_.run(l, L.router, xn_.data(), n, pos0, hooks, moe_out_.data(), pool_, mm_, isa_);
+    }
+    {
+      const OpTimer timer(prof_, Op::kResidual);
+      add_rows(x_.data(), moe_out_.data(), n * E);
+    }
 
     if (hooks && hooks->observe_layer) hooks->observe_layer(moe_.trace(l, pos0, n, x_.data()));
   }

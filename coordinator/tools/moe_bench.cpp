@@ -28,6 +28,7 @@
 #include "coordinator/gpu/model_factory.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/model/op_profile.h"
 #include "coordinator/tools/kv_cli.h"
 #include "coordinator/tools/llama_cli_args.h"
 #include "experts/remote_expert_executor.h"
@@ -52,7 +53,8 @@ struct Args {
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
   int pool_spin = moe::cpu::ThreadPool::kDefaultSpin;  // both processes' pools
-  int mmap = 1;  // 0: read the file into (huge-page) memory instead of mapping it
+  int mmap = 1;             // 0: read the file into (huge-page) memory instead of mapping it
+  bool op_profile = false;  // --op-profile: per-op times of the CPU forward
   moe::gpu::GpuOptions gpu;
 };
 
@@ -61,6 +63,7 @@ struct Result {
   int64_t n_prompt = 0, n_gen = 0, depth = 0;
   std::vector<double> samples_ts;
   double median = 0, mean = 0, stddev = 0;
+  std::string ops;  // --op-profile's table of the timed runs
 };
 
 void summarize(Result& r) {
@@ -125,7 +128,8 @@ std::unique_ptr<ExpertExecutor> start_worker(const Args& a, const moe::gguf::Ggu
 }
 
 // pp and tg at every depth, llama-bench's way: a warm-up, then `reps` timed repetitions.
-std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a) {
+// prof (null: none) is active during the timed forwards only, and tabled per test.
+std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a, OpProfile* prof) {
   std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
   std::mt19937 rng(1234);  // fixed seed: the same token ids every run
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(model.config().n_vocab) - 1);
@@ -153,27 +157,39 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a) {
       for (auto& t : tokens) t = dist(rng);
       for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up
         fill(depth);
+        if (prof) prof->set_active(rep >= 0);
         const auto t0 = Clock::now();
         model.forward(tokens, cache, LogitsMode::Last, logits.data());
         const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (prof) prof->set_active(false);
         if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_prompt) / s);
       }
       summarize(r);
+      if (prof) {
+        r.ops = prof->table();
+        prof->reset();
+      }
       results.push_back(std::move(r));
     }
     if (a.n_gen > 0) {
       Result r{"tg" + std::to_string(a.n_gen) + suffix(depth), 0, a.n_gen, depth, {}, 0, 0, 0};
       for (int rep = -1; rep < a.reps; ++rep) {
         fill(depth);
+        if (prof) prof->set_active(rep >= 0);
         const auto t0 = Clock::now();
         for (int64_t i = 0; i < a.n_gen; ++i) {
           const int32_t tok = dist(rng);  // new ids in every repetition too
           model.forward(std::span<const int32_t>(&tok, 1), cache, LogitsMode::Last, logits.data());
         }
         const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (prof) prof->set_active(false);
         if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_gen) / s);
       }
       summarize(r);
+      if (prof) {
+        r.ops = prof->table();
+        prof->reset();
+      }
       results.push_back(std::move(r));
     }
   }
@@ -237,6 +253,7 @@ std::vector<Result> measure_parallel(ModelArch& model, const Args& a, int64_t n_
 }
 
 int run(const Args& a) {
+  OpProfile prof;  // before the model, which keeps a pointer to it
   const auto file =
       moe::gguf::GgufFile::open(a.model, a.mmap && !a.gpu.no_mmap ? moe::gguf::LoadMode::Mapped
                                                                   : moe::gguf::LoadMode::Loaded);
@@ -276,10 +293,20 @@ int run(const Args& a) {
     params += static_cast<uint64_t>(t.n_elements());
   }
   const int64_t n_ctx = gpu.n_ctx;
+  OpProfile* profp = nullptr;
+  if (a.op_profile) {
+    if (model->set_op_profile(&prof)) {
+      profp = &prof;
+    } else {
+      std::fprintf(stderr,
+                   "moe-bench: --op-profile: this forward has no per-op profile (CPU "
+                   "forwards only: -ngl 0)\n");
+    }
+  }
   std::vector<Result> results;
   if (a.parallel.empty()) {
     KvCache cache = model->make_cache(n_ctx, moe::tools::kv_config(a.kv));
-    results = measure(*model, cache, a);
+    results = measure(*model, cache, a, profp);
   } else {
     results = measure_parallel(*model, a, n_ctx);
   }
@@ -333,6 +360,10 @@ int run(const Args& a) {
                 format_params(params).c_str(), backend.c_str(), threads, r.test.c_str(), r.median,
                 r.stddev);
   }
+  for (const Result& r : results) {
+    if (!r.ops.empty())
+      std::printf("\nops of %s, %d threads:\n%s", r.test.c_str(), threads, r.ops.c_str());
+  }
   return 0;
 }
 
@@ -378,6 +409,9 @@ int main(int argc, char** argv) {
   app.add_option("--worker-threads", a.worker_threads,
                  "expert worker threads with --experts process (default: --threads)")
       ->check(CLI::Range(1, 1024));
+  app.add_flag("--op-profile", a.op_profile,
+               "time each op of the CPU forward during the timed runs and print a table per test "
+               "(-ngl 0; -npl is not profiled)");
   app.add_option("--worker-bin", a.worker_bin,
                  "moe-cpu-worker binary (default: the one next to moe-bench)");
   moe::gpu::add_gpu_options(app, a.gpu);

@@ -255,6 +255,14 @@ TEST(RunTool, BenchPrintsTableAndJson) {
   EXPECT_GT(d[3].at("median_ts").get<double>(), 0.0);
   EXPECT_NE(run(bench + " -d -5", true).rc, 0);
   EXPECT_NE(run(bench + " -ctv-first q8_0", true).rc, 0);
+  // --op-profile: a table of the CPU forward's ops per test, after the results.
+  const Proc ops = run(bench + " --op-profile");
+  ASSERT_EQ(ops.rc, 0) << ops.out;
+  for (const std::string test : {"pp16", "tg4"}) {
+    const size_t at = ops.out.find("ops of " + test + ", 2 threads:");
+    ASSERT_NE(at, std::string::npos) << ops.out;
+    EXPECT_NE(ops.out.find("| router + routed experts | ", at), std::string::npos) << ops.out;
+  }
 }
 
 }  // namespace
