@@ -21,6 +21,60 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+// Prompt batches: a task is a block of tokens × the `group` query heads of one KV head, run as
+// contiguous rows through cpu::attend_rows; blocks ending later (more positions) go first.
+void attend_blocks(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
+                   const float* K, const float* V, int64_t k_stride, int64_t v_stride,
+                   int64_t v_rot, float* out, cpu::ThreadPool& pool, AttentionScratch& scratch) {
+  const int64_t group = s.n_head / s.n_head_kv;
+  const int64_t block_tokens = std::max<int64_t>(1, 64 / group);  // about 64 rows per task
+  const int64_t n_blocks = (n_tokens + block_tokens - 1) / block_tokens;
+  if (scratch.blocks.size() < static_cast<size_t>(pool.size())) {
+    scratch.blocks.resize(static_cast<size_t>(pool.size()));
+  }
+  pool.parallel_for(n_blocks * s.n_head_kv, [&](int64_t task, int thread) {
+    const int64_t b = n_blocks - 1 - task / s.n_head_kv, hk = task % s.n_head_kv;
+    const int64_t t0 = b * block_tokens, nt = std::min(block_tokens, n_tokens - t0);
+    const int64_t rows = nt * group;
+    AttentionScratch::Block& bl = scratch.blocks[static_cast<size_t>(thread)];
+    if (bl.q.size() < static_cast<size_t>(rows * s.head_dim_k)) {
+      bl.q.resize(static_cast<size_t>(rows * s.head_dim_k));
+    }
+    if (bl.out.size() < static_cast<size_t>(rows * s.head_dim_v)) {
+      bl.out.resize(static_cast<size_t>(rows * s.head_dim_v));
+    }
+    if (bl.n_vis.size() < static_cast<size_t>(rows)) bl.n_vis.resize(static_cast<size_t>(rows));
+    // Row r: token t0 + r / group, query head hk * group + r % group.
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = t0 + r / group, h = hk * group + r % group;
+      const float* src = q + t * s.n_head * s.head_dim_k + h * s.head_dim_k;
+      std::copy(src, src + s.head_dim_k, bl.q.data() + r * s.head_dim_k);
+      bl.n_vis[static_cast<size_t>(r)] = pos0 + t + 1;
+    }
+    cpu::AttendRows a;
+    a.q = bl.q.data();
+    a.n_rows = rows;
+    a.n_vis = bl.n_vis.data();
+    a.k = K + hk * s.head_dim_k;
+    a.v = V + hk * s.head_dim_v;
+    a.k_stride = k_stride;
+    a.v_stride = v_stride;
+    a.hd_k = s.head_dim_k;
+    a.hd_v = s.head_dim_v;
+    a.scale = s.scale;
+    a.out = bl.out.data();
+    cpu::attend_rows(a, bl.rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = t0 + r / group, h = hk * group + r % group;
+      float* o = out + t * s.n_head * s.head_dim_v + h * s.head_dim_v;
+      const float* src = bl.out.data() + r * s.head_dim_v;
+      std::copy(src, src + s.head_dim_v, o);
+      // A rotated V cache gives H·out; H is its own inverse.
+      if (v_rot > 0) cpu::hadamard_blocks(o, s.head_dim_v, v_rot);
+    }
+  });
+}
+
 }  // namespace
 
 void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
@@ -63,11 +117,17 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
     });
     V = scratch.v.data();
   }
-  const size_t per_thread = static_cast<size_t>(n_kv);
+  const int64_t group = s.n_head / s.n_head_kv;  // query heads per KV head
+  if (n_tokens >= kBlockPathTokens) {
+    attend_blocks(s, q, n_tokens, pos0, K, V, k_stride, v_stride, v_rot, out, pool, scratch);
+    return;
+  }
+  // A row of scores per thread, as long as the cache can grow (decoding adds a position a step,
+  // and must not reallocate each time).
+  const auto per_thread = static_cast<size_t>(std::max(n_kv, cache.n_ctx()));
   if (scratch.scores.size() < per_thread * static_cast<size_t>(pool.size())) {
     scratch.scores.resize(per_thread * static_cast<size_t>(pool.size()));
   }
-  const int64_t group = s.n_head / s.n_head_kv;  // query heads per KV head
   pool.parallel_for(n_tokens * s.n_head, [&](int64_t task, int thread) {
     const int64_t i = task / s.n_head, h = task % s.n_head, hk = h / group;
     const float* qi = q + i * s.n_head * s.head_dim_k + h * s.head_dim_k;

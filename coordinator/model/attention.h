@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "coordinator/model/kv_cache.h"
+#include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moe::model {
@@ -24,12 +25,23 @@ struct AttentionScratch {
   std::vector<float> k, v;    // decoded cache rows (non-f32 caches)
   std::vector<float> q;       // the rotated query (rotated K caches)
   std::vector<float> scores;  // per thread, one row of n_kv scores
+  // Per thread, prompt batches: a block's query rows, their visible lengths, their outputs.
+  struct Block {
+    std::vector<float> q, out;
+    std::vector<int64_t> n_vis;
+    cpu::AttendRowsScratch rows;
+  };
+  std::vector<Block> blocks;
 };
 
 // q: [n_tokens, n_head * head_dim_k]; token i sits at position pos0 + i and attends to cache
 // positions [0, pos0 + i]. Those rows must already be stored in `cache` for `layer`. Where the
 // layer's cache is Hadamard-rotated, q is rotated alike and the output rotated back.
-// out: [n_tokens, n_head * head_dim_v].
+// out: [n_tokens, n_head * head_dim_v]. Prompt batches (kBlockPathTokens tokens or more) run
+// blocks of tokens × the query heads of one KV head through cpu::attend_rows (each K/V tile read
+// once for the block, online softmax); fewer tokens (decode) run one task per (token, head) with
+// a two-pass softmax.
+inline constexpr int64_t kBlockPathTokens = 32;
 void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
                const KvCache& cache, int64_t layer, float* out, cpu::ThreadPool& pool,
                AttentionScratch& scratch);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/gguf.h"
+#include "coordinator/model/attention.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
 #include "tests/model/reference_forward.h"
@@ -111,8 +112,11 @@ void compare(const Case& c, const std::string& path) {
   auto model = create_model_arch(file, pool);
   const int64_t V = model->config().n_vocab, K = model->config().n_expert_used;
 
+  // A 40-token prefill takes the block path of model::attention (kBlockPathTokens), the decode
+  // steps after it the per-head path.
+  static_assert(kBlockPathTokens <= 40);
   std::vector<int32_t> tokens;
-  for (int i = 0; i < 20; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % V));
+  for (int i = 0; i < 46; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % V));
   const ReferenceForward::Result r = ref.run(tokens);
 
   // Replay the reference's expert choice.
@@ -121,7 +125,7 @@ void compare(const Case& c, const std::string& path) {
     std::copy_n(r.experts[static_cast<size_t>(l)].begin() + pos * K, K, e);
     return true;
   };
-  const int64_t n_prefill = 12;
+  const int64_t n_prefill = 40;
   KvCache cache = model->make_cache(64, KvType::F32, KvType::F32);
   std::vector<float> logits = evaluate_batch(
       *model, cache, std::span<const int32_t>(tokens.data(), static_cast<size_t>(n_prefill)),
