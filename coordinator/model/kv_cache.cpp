@@ -76,6 +76,12 @@ bool kv_type_quantized(KvType t) {
 
 namespace {
 
+// The ISA the cache rows are decoded with, asked once (MOE_ISA lowers it, as for the kernels).
+cpu::Isa read_isa() {
+  static const cpu::Isa isa = cpu::best_isa();
+  return isa;
+}
+
 KvType layer_type(KvType all, const std::optional<KvConfig::Override>& first,
                   const std::optional<KvConfig::Override>& last, int64_t index, int64_t n) {
   KvType t = all;
@@ -287,21 +293,15 @@ const float* KvCache::v_f32(int64_t layer) const {
 void KvCache::read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const {
   require_host("reading K");
   const Layer& L = layers_.at(static_cast<size_t>(layer));
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::dequantize_row(kv_ggml_type(L.k_type),
-                        L.k.data() + static_cast<size_t>(pos + i) * L.k_row_bytes,
-                        dst + i * L.k_elems, L.k_elems);
-  }
+  cpu::decode_kv_rows(kv_ggml_type(L.k_type), L.k.data() + static_cast<size_t>(pos) * L.k_row_bytes,
+                      L.k_row_bytes, n, L.k_elems, dst, read_isa());
 }
 
 void KvCache::read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const {
   require_host("reading V");
   const Layer& L = layers_.at(static_cast<size_t>(layer));
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::dequantize_row(kv_ggml_type(L.v_type),
-                        L.v.data() + static_cast<size_t>(pos + i) * L.v_row_bytes,
-                        dst + i * L.v_elems, L.v_elems);
-  }
+  cpu::decode_kv_rows(kv_ggml_type(L.v_type), L.v.data() + static_cast<size_t>(pos) * L.v_row_bytes,
+                      L.v_row_bytes, n, L.v_elems, dst, read_isa());
 }
 
 std::span<uint8_t> KvCache::k_row_data(int64_t layer, int64_t pos) {
