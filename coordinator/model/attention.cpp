@@ -44,12 +44,13 @@ void attend_blocks(const AttentionShape& s, const float* q, int64_t n_tokens, in
       bl.out.resize(static_cast<size_t>(rows * s.head_dim_v));
     }
     if (bl.n_vis.size() < static_cast<size_t>(rows)) bl.n_vis.resize(static_cast<size_t>(rows));
-    // Row r: token t0 + r / group, query head hk * group + r % group.
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = t0 + r / group, h = hk * group + r % group;
-      const float* src = q + t * s.n_head * s.head_dim_k + h * s.head_dim_k;
-      std::copy(src, src + s.head_dim_k, bl.q.data() + r * s.head_dim_k);
-      bl.n_vis[static_cast<size_t>(r)] = pos0 + t + 1;
+    // Row r is token t0 + r / group, query head hk * group + r % group: a token's rows are its
+    // group of heads, side by side in q and in out.
+    const int64_t qw = group * s.head_dim_k, ow = group * s.head_dim_v;
+    for (int64_t i = 0; i < nt; ++i) {
+      const float* src = q + (t0 + i) * s.n_head * s.head_dim_k + hk * qw;
+      std::copy(src, src + qw, bl.q.data() + i * qw);
+      std::fill_n(bl.n_vis.data() + i * group, group, pos0 + t0 + i + 1);
     }
     cpu::AttendRows a;
     a.q = bl.q.data();
@@ -64,13 +65,11 @@ void attend_blocks(const AttentionShape& s, const float* q, int64_t n_tokens, in
     a.scale = s.scale;
     a.out = bl.out.data();
     cpu::attend_rows(a, bl.rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = t0 + r / group, h = hk * group + r % group;
-      float* o = out + t * s.n_head * s.head_dim_v + h * s.head_dim_v;
-      const float* src = bl.out.data() + r * s.head_dim_v;
-      std::copy(src, src + s.head_dim_v, o);
-      // A rotated V cache gives H·out; H is its own inverse.
-      if (v_rot > 0) cpu::hadamard_blocks(o, s.head_dim_v, v_rot);
+    for (int64_t i = 0; i < nt; ++i) {
+      float* o = out + (t0 + i) * s.n_head * s.head_dim_v + hk * ow;
+      std::copy(bl.out.data() + i * ow, bl.out.data() + (i + 1) * ow, o);
+      // A rotated V cache gives H·out; H is its own inverse (blocks of v_rot divide each head).
+      if (v_rot > 0) cpu::hadamard_blocks(o, ow, v_rot);
     }
   });
 }
