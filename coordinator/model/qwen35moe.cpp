@@ -138,8 +138,9 @@ void Qwen35Moe::delta_net_layer(const Layer& L, int64_t l, int64_t n,
       causal_conv1d({C, cfg_.ssm_conv_kernel}, qkv_.data() + s.row0 * C, s.n, L.conv_w.data(),
                     st.conv_in, st.conv_out, conv_.data() + s.row0 * C, /*silu=*/true, pool_);
     }
-    // q and k heads sit side by side at the start of every conv row.
-    for (int64_t t = 0; t < n; ++t) l2norm_rows(conv_.data() + t * C, 2 * NK, DK, cfg_.rms_eps);
+    // q and k heads sit side by side at the start of every conv row; tokens in parallel.
+    pool_.parallel_for(
+        n, [&](int64_t t, int) { l2norm_rows(conv_.data() + t * C, 2 * NK, DK, cfg_.rms_eps); });
   }
   {
     const OpTimer timer(prof_, Op::kSsmDelta);
@@ -152,8 +153,13 @@ void Qwen35Moe::delta_net_layer(const Layer& L, int64_t l, int64_t n,
     }
   }
   const OpTimer timer(prof_, Op::kSsmOut, weight_bytes(L.wssm_out));
-  rmsnorm_gated_rows(ssm_o_.data(), L.ssm_norm.data(), z_.data(), ssm_o_.data(), n * NV, DV,
-                     cfg_.rms_eps);
+  // Rows in parallel: on one thread its exp per element was ~1 ms of a token (decode or prompt).
+  const int64_t rows = n * NV, per_task = 8;
+  pool_.parallel_for((rows + per_task - 1) / per_task, [&](int64_t task, int) {
+    const int64_t r0 = task * per_task, nr = std::min(per_task, rows - r0);
+    rmsnorm_gated_rows(ssm_o_.data() + r0 * DV, L.ssm_norm.data(), z_.data() + r0 * DV,
+                       ssm_o_.data() + r0 * DV, nr, DV, cfg_.rms_eps);
+  });
   cpu::matmul(L.wssm_out, ssm_o_.data(), n, mix_.data(), pool_, mm_, isa_);
 }
 
