@@ -215,15 +215,27 @@ void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
   const float* xn = this->xn();
   float* x = this->x();
   float* moe = d_moe_.as<float>();
-  // The shared expert first: the GPU computes it while the CPU computes its routed experts.
-  cuda::matmul(L.sh_gate.m, xn, n, d_sg_.as<float>(), stream_);
-  cuda::matmul(L.sh_up.m, xn, n, d_su_.as<float>(), stream_);
-  cuda::swiglu(d_sg_.as<float>(), d_su_.as<float>(), d_sg_.as<float>(), n * cfg_.n_ff_shexp,
-               stream_);
-  cuda::matmul(L.sh_down.m, d_sg_.as<float>(), n, d_sh_.as<float>(), stream_);
-  cuda::matmul(L.sh_gate_inp.m, xn, n, d_ss_.as<float>(), stream_);
-  MOE_CUDA_CHECK(cudaMemsetAsync(moe, 0, static_cast<size_t>(n * E) * sizeof(float), stream_));
-  experts_->run(l, n, xn, L.router.m, d_rlogits_.as<float>(), moe, pos0, hooks, stream_);
+  // The shared expert on its own stream, so the router's logits (and a split layer's host
+  // round trip) do not wait for it.
+  const cudaStream_t side = shared_stream_.get();
+  MOE_CUDA_CHECK(cudaEventRecord(xn_ready_.get(), stream_));
+  MOE_CUDA_CHECK(cudaStreamWaitEvent(side, xn_ready_.get(), 0));
+  cuda::matmul(L.sh_gate.m, xn, n, d_sg_.as<float>(), side);
+  cuda::matmul(L.sh_up.m, xn, n, d_su_.as<float>(), side);
+  cuda::swiglu(d_sg_.as<float>(), d_su_.as<float>(), d_sg_.as<float>(), n * cfg_.n_ff_shexp, side);
+  cuda::matmul(L.sh_down.m, d_sg_.as<float>(), n, d_sh_.as<float>(), side);
+  cuda::matmul(L.sh_gate_inp.m, xn, n, d_ss_.as<float>(), side);
+  MOE_CUDA_CHECK(cudaEventRecord(shared_done_.get(), side));
+  try {
+    MOE_CUDA_CHECK(cudaMemsetAsync(moe, 0, static_cast<size_t>(n * E) * sizeof(float), stream_));
+    experts_->run(l, n, xn, L.router.m, d_rlogits_.as<float>(), moe, pos0, hooks, stream_);
+  } catch (...) {
+    // Joined on the error path too: a failed forward's synchronisation of the main stream then
+    // also covers the shared expert's kernels (scratch may be reallocated after it).
+    (void)cudaStreamWaitEvent(stream_, shared_done_.get(), 0);
+    throw;
+  }
+  MOE_CUDA_CHECK(cudaStreamWaitEvent(stream_, shared_done_.get(), 0));
   const bool observe = hooks && hooks->observe_layer;
   if (observe) {
     h_trace_.resize(static_cast<size_t>(n * E));

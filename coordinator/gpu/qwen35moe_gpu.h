@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/gpu/cuda_handles.h"
 #include "coordinator/gpu/gpu_forward.h"
 #include "kernels/cuda/device_matrix.h"
 
@@ -63,7 +64,12 @@ class Qwen35MoeGpu final : public GpuForward {
   VramBuffer d_qkv_, d_conv_, d_z_, d_ssm_o_, d_beta_, d_gate_;    // DeltaNet
   VramBuffer d_qg_, d_q_, d_og_, d_k_, d_v_, d_attn_, d_attn_ws_;  // attention
   VramBuffer d_sg_, d_su_, d_sh_, d_ss_;                           // shared expert
-  std::vector<float> h_trace_, l_out_;                             // observe_layer only
+  // The shared expert runs on a stream of its own, beside the router and the routed experts: on
+  // the main stream it delayed every split layer's host round trip (forked after xn, joined
+  // before the combine).
+  CudaStream shared_stream_;
+  CudaEvent xn_ready_, shared_done_;
+  std::vector<float> h_trace_, l_out_;  // observe_layer only
 };
 
 }  // namespace moe::gpu
