@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <span>
 #include <string>
 #include <thread>
@@ -39,6 +40,20 @@ class CpuShareRunner {
   // until join(). At most one job at a time: join() the previous one first.
   void start(int64_t layer, const float* x, int64_t n, std::span<const model::ExpertItem> items,
              float* out);
+  // Like start(), for a layer routed on the device: the items are not known yet. The runner waits
+  // until the GPU has stored `value` (or later) into *ready (page-locked host memory), then takes
+  // the items from prepare() and computes them. While it waits it checks `stream` now and then,
+  // so a failed stream ends the job with its error instead of a hang; abandon() ends it too.
+  // Needs async().
+  using Prepare = std::function<std::span<const model::ExpertItem>()>;
+  void start_when(const uint32_t* ready, uint32_t value, cudaStream_t stream, Prepare prepare,
+                  int64_t layer, const float* x, int64_t n, float* out);
+  // Ends a start_when() job still waiting for its routing (an error path), then joins it
+  // dropping its error.
+  void abandon() noexcept;
+  // Time the runner waited for device routing, in all (µs).
+  double routing_wait_us() const { return routing_wait_us_; }
+
   // Enqueues on `stream`: continue once the started job's result is in `out` (a failed job also
   // releases the stream, so nothing hangs; its error surfaces at join()).
   void enqueue_wait(cudaStream_t stream);
@@ -54,9 +69,13 @@ class CpuShareRunner {
  private:
   void runner_main();
   void execute() noexcept;
+  // A start_when() job: waits on the runner thread until the routing is published (throws on a
+  // failed stream or abandon()).
+  void wait_ready();
 
   model::ExpertExecutor& executor_;
   int spin_;
+  bool host_only_;  // no GPU: start_when() jobs poll their word only (tests)
   StreamFlag flag_;
   // The job, published by posted_ and read by the runner after it observes the new value.
   int64_t layer_ = 0, n_ = 0;
@@ -64,6 +83,13 @@ class CpuShareRunner {
   std::span<const model::ExpertItem> items_;
   float* out_ = nullptr;
   double job_us_ = 0;
+  // A start_when() job: the word and value it waits for, the stream it checks, its items.
+  const uint32_t* ready_ = nullptr;
+  uint32_t ready_value_ = 0;
+  cudaStream_t ready_stream_ = nullptr;
+  Prepare prepare_;
+  double routing_wait_us_ = 0;
+  std::atomic<bool> cancel_{false};
   std::exception_ptr error_;
   bool pending_ = false;  // a job was started and not joined
   uint32_t seq_ = 0;      // jobs started

@@ -90,17 +90,17 @@ ExpertResidency::ExpertResidency(VramBudget& budget,
     }
   }
 
-  if (n_cpu_layers_ < n_layer) {
-    std::vector<const void*> host(table_.size() * 3, nullptr);
-    for (size_t i = 0; i < table_.size(); ++i) {
-      host[3 * i] = table_[i].gate;
-      host[3 * i + 1] = table_[i].up;
-      host[3 * i + 2] = table_[i].down;
-    }
-    tables_ = budget.allocate(host.size() * sizeof(void*), VramUse::Experts, "expert tables");
-    MOE_CUDA_CHECK(cudaMemcpy(tables_.get(), host.data(), host.size() * sizeof(void*),
-                              cudaMemcpyHostToDevice));
+  // Every layer's table (a CPU-homed layer's lists its pool slots, synced_table()).
+  std::vector<const void*> host(table_.size() * 3, nullptr);
+  for (size_t i = 0; i < table_.size(); ++i) {
+    host[3 * i] = table_[i].gate;
+    host[3 * i + 1] = table_[i].up;
+    host[3 * i + 2] = table_[i].down;
   }
+  tables_ = budget.allocate(host.size() * sizeof(void*), VramUse::Experts, "expert tables");
+  MOE_CUDA_CHECK(
+      cudaMemcpy(tables_.get(), host.data(), host.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  table_stale_.assign(layers.size(), 0);
 
   n_slots_ = policy_.n_slots();
   if (n_slots_ > 0) {
@@ -171,8 +171,32 @@ void ExpertResidency::assign(int64_t slot, int64_t key) {
   if (owner >= 0 && table_[static_cast<size_t>(owner)].gate == slot_base(slot)) {
     table_[static_cast<size_t>(owner)] = ResidentExpert{};
   }
+  if (owner >= 0) table_stale_[static_cast<size_t>(owner / n_expert_)] = 1;
   owner = key;
-  if (key >= 0) table_[static_cast<size_t>(key)] = slot_view(key / n_expert_, slot_base(slot));
+  if (key >= 0) {
+    table_[static_cast<size_t>(key)] = slot_view(key / n_expert_, slot_base(slot));
+    table_stale_[static_cast<size_t>(key / n_expert_)] = 1;
+  }
+}
+
+const void* const* ExpertResidency::synced_table(int64_t layer, cudaStream_t stream) {
+  const void** dev = tables_.as<const void*>() + layer * n_expert_ * 3;
+  char& stale = table_stale_[static_cast<size_t>(layer)];
+  if (stale) {
+    std::vector<const void*>& row = table_row_;
+    row.resize(static_cast<size_t>(n_expert_ * 3));
+    for (int64_t e = 0; e < n_expert_; ++e) {
+      const ResidentExpert& r = table_[static_cast<size_t>(layer * n_expert_ + e)];
+      row[static_cast<size_t>(3 * e)] = r.gate;
+      row[static_cast<size_t>(3 * e + 1)] = r.up;
+      row[static_cast<size_t>(3 * e + 2)] = r.down;
+    }
+    // From pageable memory: the call stages the row before it returns, so it may change after.
+    MOE_CUDA_CHECK(cudaMemcpyAsync(dev, row.data(), row.size() * sizeof(void*),
+                                   cudaMemcpyHostToDevice, stream));
+    stale = 0;
+  }
+  return dev;
 }
 
 unsigned char* ExpertResidency::admit(int64_t layer, int64_t expert) {

@@ -56,6 +56,10 @@ class ExpertResidency {
     return layer_on_gpu(layer) ? tables_.as<const void*>() + layer * n_expert_ * 3 : nullptr;
   }
   bool has_cpu_experts() const { return n_cpu_layers_ > 0; }
+  // Device array of 3 * n_expert pointers of any layer: a CPU-homed layer's experts with a pool
+  // slot have their slot's, the others null. Brought up to date first (a copy enqueued on
+  // `stream`) when the pool changed since it was last synced.
+  const void* const* synced_table(int64_t layer, cudaStream_t stream);
 
   // Counts one routing of (layer, expert) toward the profile that fills the pool, and `weight`
   // toward its residency score.
@@ -125,6 +129,8 @@ class ExpertResidency {
   int64_t n_cpu_layers_ = 0;
   std::vector<VramBuffer> layer_bufs_;  // the expert tensors of each GPU-homed layer
   VramBuffer tables_;                   // device_table() of every layer
+  std::vector<char> table_stale_;       // per layer: table_ changed since tables_ was synced
+  std::vector<const void*> table_row_;  // synced_table()'s staging
   std::vector<SlotLayout> layout_;      // per layer
   uint64_t slot_bytes_ = 0;
   int64_t n_slots_ = 0;

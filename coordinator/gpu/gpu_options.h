@@ -65,6 +65,11 @@ struct GpuOptions {
   // synchronisation per layer, instead of on a runner thread the GPU stream waits on (the
   // behaviour before the hand-off, kept for comparison and for drivers without stream waits).
   bool moe_cpu_sync = false;
+  // --moe-host-routing: route every decode layer split between the GPU and the CPU on the host
+  // (router logits copied back, a stream synchronisation per layer), as before device routing of
+  // split layers; kept for comparison. Default: such a layer routes on the GPU, which publishes
+  // the routing to the CPU share through page-locked memory and runs its hits at once.
+  bool moe_host_routing = false;
   // --moe-profile FILE: the routing profile is loaded from FILE at start (the pool then starts
   // with the experts routed most in earlier runs) and saved to it as it grows and at exit.
   std::string moe_profile;

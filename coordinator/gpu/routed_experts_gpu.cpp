@@ -140,7 +140,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   const int64_t items = kDeviceRoutingMaxTokens * cfg.n_expert_used;
   const size_t bytes = static_cast<size_t>(kDeviceRoutingMaxTokens * X + 2 * items) * 4 +
                        static_cast<size_t>(3 * items) * sizeof(void*) +
-                       static_cast<size_t>(3 * items + kDeviceRoutingMaxTokens + 3) * 4 + 256;
+                       static_cast<size_t>(6 * items + 2 * kDeviceRoutingMaxTokens + 4) * 4 + 512;
   dr_.buf = budget.allocate(bytes, VramUse::Scratch, "device routing");
   MetaWriter w(dr_.buf.as<unsigned char>());  // only offsets are computed here
   dr_.gate = w.take<const void*>(items);
@@ -153,6 +153,20 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   dr_.x_rows = w.take<int32_t>(items);
   dr_.tok_off = w.take<int32_t>(kDeviceRoutingMaxTokens + 1);
   dr_.counter = w.take<unsigned>(1);
+  dr_.hit_tok_off = w.take<int32_t>(kDeviceRoutingMaxTokens + 1);
+  dr_.hit_rows = w.take<int32_t>(items);
+  dr_.hit_weights = w.take<float>(items);
+  if (w.size() > bytes) throw Error("device routing buffers: layout overflow");
+  device_split_ = !opt.moe_host_routing && cpu_homed;
+  if (device_split_) {
+    h_route_.reserve(64 + static_cast<size_t>(items) * 9 + 64);
+    MetaWriter hw(h_route_.get<unsigned char>());
+    route_flag_ = hw.take<uint32_t>(16);  // its own 64 bytes: the runner spins on it
+    route_ids_ = hw.take<int32_t>(items);
+    route_weights_ = hw.take<float>(items);
+    route_hit_ = hw.take<uint8_t>(items);
+    *route_flag_ = 0;
+  }
   MOE_CUDA_CHECK(cudaMemset(dr_.counter, 0, sizeof(unsigned)));
   std::vector<int32_t> ident(static_cast<size_t>(items + 1)), x_rows(static_cast<size_t>(items)),
       tok_off(static_cast<size_t>(kDeviceRoutingMaxTokens + 1));
@@ -204,6 +218,10 @@ bool RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const cuda::De
                            const model::ForwardHooks* hooks, cudaStream_t stream,
                            const NormAfter* norm_after) {
   if (n > reserved_) throw Error("RoutedExpertsGpu: batch larger than reserved");
+  if (splits_on_device(l, n, hooks)) {
+    run_device_split(l, n, xn, router, rlogits, out, stream);
+    return false;
+  }
   const bool on_device = routes_on_device(l, n, hooks);
   // One decoding token routed on the device: logits, top-k and expert pointers in one launch.
   const bool fused_router = on_device && n == 1 && cuda::router_decode_supported(router.type);
@@ -440,6 +458,13 @@ std::string RoutedExpertsGpu::stats() const {
                 "%.1f ms for host routing (host work %.1f ms)",
                 cpu_busy_us_ / 1e3, gpu_busy_us_ / 1e3, route_wait_us_ / 1e3, route_host_us_ / 1e3);
   s += busy;
+  if (runner_->routing_wait_us() > 0) {
+    std::snprintf(
+        busy, sizeof busy,
+        "; device-routed split layers: the CPU share waited %.1f ms for the GPU's routing",
+        runner_->routing_wait_us() / 1e3);
+    s += busy;
+  }
   if (prefill_cpu_experts_ > 0) {
     char b[128];
     std::snprintf(b, sizeof b, "; prefill: %llu streamed experts computed on the CPU instead",
@@ -471,11 +496,7 @@ void RoutedExpertsGpu::finish() { join_runner(); }
 
 void RoutedExpertsGpu::abandon() noexcept {
   batch_.clear();
-  try {
-    join_runner();
-  } catch (...) {
-    // The forward is failing already; its first error is the one reported.
-  }
+  runner_->abandon();  // ends a job still waiting for device routing
 }
 
 model::LayerTrace RoutedExpertsGpu::trace(int64_t l, int64_t pos0, int64_t n,

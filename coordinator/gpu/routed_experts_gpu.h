@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,14 @@ class RoutedExpertsGpu {
   void count_device_layer(int64_t layer, int64_t n);
   bool run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream,
                      const NormAfter* norm_after);
+  // A decode layer split between the GPU and the CPU, routed on the device
+  // (routed_experts_device_split.cpp): the GPU routes, publishes the routing to the CPU share
+  // through h_route_ and computes its hits without waiting for the host; the runner thread takes
+  // the misses (take_device_routing(), on that thread) once the routing is published.
+  bool splits_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
+  void run_device_split(int64_t layer, int64_t n, const float* xn, const cuda::DeviceMatrix& router,
+                        float* router_logits, float* out, cudaStream_t stream);
+  std::span<const model::ExpertItem> take_device_routing(int64_t layer, int64_t n);
   // Records into batch_ gate, up, SwiGLU and down of `items` items of one token row each (item i
   // reads row dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.
   void compute_items(int64_t layer, int64_t items, const float* xn);
@@ -194,7 +203,20 @@ class RoutedExpertsGpu {
     const void** up = nullptr;
     const void** down = nullptr;
     unsigned* counter = nullptr;  // cuda::router_decode's, zero between launches
+    // A device-routed split layer's hits, as combine_rows lists.
+    int32_t* hit_tok_off = nullptr;
+    int32_t* hit_rows = nullptr;
+    float* hit_weights = nullptr;
   } dr_;
+  // Device-routed split layers: on unless --moe-host-routing. The routing the GPU publishes for
+  // the CPU share (page-locked: the flag word, then ids, weights and hit marks) and its sequence.
+  bool device_split_ = false;
+  PinnedBuffer h_route_;
+  uint32_t* route_flag_ = nullptr;
+  int32_t* route_ids_ = nullptr;
+  float* route_weights_ = nullptr;
+  uint8_t* route_hit_ = nullptr;
+  uint32_t route_seq_ = 0;
   // Host side: pinned staging and routing scratch.
   PinnedBuffer h_xn_, h_rlogits_, h_cpu_out_, h_meta_;
   std::vector<float> rprobs_, rweights_;

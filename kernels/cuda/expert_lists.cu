@@ -17,7 +17,55 @@ __global__ void gather_pointers_kernel(const int32_t* ids, int64_t n_items,
   down[i] = ok ? table[3 * e + 2] : nullptr;
 }
 
+__global__ void publish_split_kernel(const int32_t* ids, const float* weights,
+                                     const void* const* gate, int n_tokens, int k, const float* x,
+                                     int64_t n_x, uint32_t seq, SplitRoutingOut out) {
+  const int n_items = n_tokens * k;
+  if (threadIdx.x == 0) {
+    // Hits in routing order per token: combine_rows then adds them as the host-routed split does.
+    int c = 0;
+    for (int t = 0; t < n_tokens; ++t) {
+      out.tok_off[t] = c;
+      for (int j = 0; j < k; ++j) {
+        const int i = t * k + j;
+        if (gate[i] != nullptr) {
+          out.rows[c] = i;
+          out.weights[c] = weights[i];
+          ++c;
+        }
+      }
+    }
+    out.tok_off[n_tokens] = c;
+  }
+  for (int i = threadIdx.x; i < n_items; i += blockDim.x) {
+    out.host_ids[i] = ids[i];
+    out.host_weights[i] = weights[i];
+    out.host_hit[i] = gate[i] != nullptr ? 1 : 0;
+  }
+  for (int64_t i = threadIdx.x; i < n_x; i += blockDim.x) out.host_x[i] = x[i];
+  // Each thread's host writes are ordered before the flag, which one thread stores after all of
+  // them (the fence-then-barrier pattern of a grid-wide signal).
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) *reinterpret_cast<volatile uint32_t*>(out.host_flag) = seq;
+}
+
 }  // namespace
+
+void publish_split_routing(const int32_t* ids, const float* weights, const void* const* gate,
+                           int64_t n_tokens, int64_t k, const float* x, int64_t n_embd,
+                           uint32_t seq, const SplitRoutingOut& out, cudaStream_t stream) {
+  if (n_tokens < 1 || k < 1 || n_embd < 1 || n_tokens * k > 1024) {
+    throw Error("publish_split_routing: invalid sizes");
+  }
+  if (!ids || !weights || !gate || !x || !out.tok_off || !out.rows || !out.weights ||
+      !out.host_ids || !out.host_weights || !out.host_hit || !out.host_x || !out.host_flag) {
+    throw Error("publish_split_routing: null pointer");
+  }
+  publish_split_kernel<<<1, 256, 0, stream>>>(ids, weights, gate, static_cast<int>(n_tokens),
+                                              static_cast<int>(k), x, n_tokens * n_embd, seq, out);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
 
 void gather_expert_pointers(const int32_t* ids, int64_t n_items, const void* const* table,
                             int64_t n_expert, const void** gate, const void** up, const void** down,

@@ -16,4 +16,25 @@ void gather_expert_pointers(const int32_t* ids, int64_t n_items, const void* con
                             int64_t n_expert, const void** gate, const void** up, const void** down,
                             cudaStream_t stream);
 
+// A decode layer split between the GPU and the CPU, routed on the device (ids, weights and the
+// item pointers gate[i] from gather_expert_pointers or router_decode: null = no VRAM copy).
+// Device lists for combine_rows over the GPU's items (hits), in routing order per token; and, in
+// page-locked host memory, what the CPU needs for the misses, then `seq` in *flag once all of it
+// is visible to the host (the CPU polls the flag: no host synchronisation on the GPU's path).
+struct SplitRoutingOut {
+  int32_t* tok_off;     // device [n_tokens + 1]: token t's hits are entries tok_off[t] .. [t+1)
+  int32_t* rows;        // device [n_items]: the item index of each hit (its expert output row)
+  float* weights;       // device [n_items]: the hit's routing weight
+  int32_t* host_ids;    // host [n_items]: every item's expert
+  float* host_weights;  // host [n_items]
+  uint8_t* host_hit;    // host [n_items]: 1 when the GPU computes the item
+  float* host_x;        // host [n_tokens * n_embd]: the layer's input rows
+  uint32_t* host_flag;  // host: set to seq last
+};
+// n_items = n_tokens * k, 1 <= n_tokens, 1 <= k, n_items <= 1024. Enqueued on `stream` (one
+// block); moe::Error for bad arguments.
+void publish_split_routing(const int32_t* ids, const float* weights, const void* const* gate,
+                           int64_t n_tokens, int64_t k, const float* x, int64_t n_embd,
+                           uint32_t seq, const SplitRoutingOut& out, cudaStream_t stream);
+
 }  // namespace moe::cuda

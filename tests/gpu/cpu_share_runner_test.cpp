@@ -223,6 +223,77 @@ TEST(CpuShareRunnerHost, HostOnlyFlagRefusesAStreamWait) {
   EXPECT_EQ(ex.calls.load(), 1);
 }
 
+// start_when(): the job waits for the word (the GPU's published routing), then takes its items.
+TEST(CpuShareRunnerHost, StartWhenWaitsForTheWordThenTakesItsItems) {
+  SlowExecutor ex;
+  ex.sleep_ms = 0;
+  CpuShareRunner runner(ex, /*async=*/true, 100, kHostOnly);
+  std::vector<float> x = {1, 2, 3, 4}, out(4, 0.f);
+  const std::vector<ExpertItem> items = {{0, 1, 1.f}, {0, 2, 0.5f}};
+  // Just below the wrap-around, released by a value past it: the comparison is cyclic.
+  alignas(64) uint32_t word = 0xfffffff0u;
+  std::atomic<int> prepared{0};
+  std::atomic<uint32_t> seen_word{0};
+  runner.start_when(
+      &word, 0xfffffff8u, nullptr,
+      [&]() -> std::span<const ExpertItem> {
+        seen_word.store(__atomic_load_n(&word, __ATOMIC_ACQUIRE));
+        prepared.fetch_add(1);
+        return items;
+      },
+      2, x.data(), 1, out.data());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(prepared.load(), 0);
+  EXPECT_EQ(ex.calls.load(), 0);
+  __atomic_store_n(&word, 3u, __ATOMIC_RELEASE);
+  runner.join();
+  EXPECT_EQ(prepared.load(), 1);
+  EXPECT_EQ(seen_word.load(), 3u);
+  EXPECT_EQ(ex.calls.load(), 1);
+  EXPECT_EQ(ex.last_items, items.size());
+  EXPECT_EQ(out[3], 12.f);
+  EXPECT_GE(runner.routing_wait_us(), 20000.0);
+  // A plain start() afterwards does not wait for any word.
+  runner.start(0, x.data(), 1, items, out.data());
+  runner.join();
+  EXPECT_EQ(ex.calls.load(), 2);
+}
+
+TEST(CpuShareRunnerHost, AbandonEndsAJobStillWaitingForItsRouting) {
+  SlowExecutor ex;
+  ex.sleep_ms = 0;
+  CpuShareRunner runner(ex, /*async=*/true, 100, kHostOnly);
+  std::vector<float> x(4, 1.f), out(4, 0.f);
+  alignas(64) uint32_t word = 0;
+  bool prepared = false;
+  runner.start_when(
+      &word, 1, nullptr,
+      [&]() -> std::span<const ExpertItem> {
+        prepared = true;
+        return {};
+      },
+      0, x.data(), 1, out.data());
+  runner.abandon();  // the word never comes: no hang, no items taken, no error thrown
+  EXPECT_FALSE(prepared);
+  EXPECT_EQ(ex.calls.load(), 0);
+  EXPECT_EQ(runner.flag_value(), 1u);  // a stream waiting on the job is released all the same
+  EXPECT_FALSE(runner.pending());
+}
+
+TEST(CpuShareRunnerHost, StartWhenPrepareErrorRethrowsAtJoin) {
+  SlowExecutor ex;
+  ex.sleep_ms = 0;
+  CpuShareRunner runner(ex, /*async=*/true, 100, kHostOnly);
+  std::vector<float> x(4, 1.f), out(4, 0.f);
+  alignas(64) uint32_t word = 7;
+  runner.start_when(
+      &word, 7, nullptr, []() -> std::span<const ExpertItem> { throw moe::Error("bad routing"); },
+      0, x.data(), 1, out.data());
+  EXPECT_THROW(runner.join(), moe::Error);
+  EXPECT_EQ(ex.calls.load(), 0);
+  EXPECT_EQ(runner.flag_value(), 1u);
+}
+
 TEST(CpuShareRunnerHost, DestroyedWithAJobInFlight) {
   SlowExecutor ex;
   ex.sleep_ms = 20;

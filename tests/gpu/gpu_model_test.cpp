@@ -595,6 +595,7 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
   gen.n_steps = 12;
   gen.keep_logits = true;
   for (const int placement : {1, 2}) {  // -cmoe; -ncmoe 2 with a pool (GPU hits and CPU misses)
+    const std::string name = kPlacements[placement].name;
     GpuOptions sync_opt = options(kPlacements[placement]);
     sync_opt.moe_cpu_sync = true;
     Qwen3MoeGpu sync(file, pool, nullptr, sync_opt);
@@ -602,32 +603,52 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
     KvCache a = sync.make_cache(64, KvType::F16, KvType::F16);
     const GenerateResult want = generate(sync, a, prompt, gen);
 
-    auto failing = std::make_unique<FailingExecutor>(moe::model::cpu_experts_for(file, pool));
-    FailingExecutor* fail = failing.get();
-    Qwen3MoeGpu async(file, pool, std::move(failing), options(kPlacements[placement]));
-    EXPECT_NE(async.describe().find("runner thread"), std::string::npos) << async.describe();
-    KvCache b = async.make_cache(64, KvType::F16, KvType::F16);
-    const GenerateResult got = generate(async, b, prompt, gen);
-    EXPECT_EQ(got.tokens, want.tokens) << kPlacements[placement].name;
-    ASSERT_EQ(got.logits.size(), want.logits.size());
-    EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * 4), 0)
-        << kPlacements[placement].name;
+    // The runner thread with host routing: the same bits as the synchronous share; then with
+    // routing on the device (the default), which publishes it to the runner: the same tokens,
+    // logits within the device router's rounding. Both survive a failing CPU share.
+    for (const bool host_routing : {true, false}) {
+      SCOPED_TRACE(name + (host_routing ? ", host routing" : ", device routing"));
+      GpuOptions opt = options(kPlacements[placement]);
+      opt.moe_host_routing = host_routing;
+      auto failing = std::make_unique<FailingExecutor>(moe::model::cpu_experts_for(file, pool));
+      FailingExecutor* fail = failing.get();
+      Qwen3MoeGpu async(file, pool, std::move(failing), opt);
+      EXPECT_NE(async.describe().find("runner thread"), std::string::npos) << async.describe();
+      KvCache b = async.make_cache(64, KvType::F16, KvType::F16);
+      const GenerateResult got = generate(async, b, prompt, gen);
+      EXPECT_EQ(got.tokens, want.tokens);
+      ASSERT_EQ(got.logits.size(), want.logits.size());
+      if (host_routing) {
+        EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * 4), 0);
+      } else {
+        double max_diff = 0;
+        for (size_t i = 0; i < got.logits.size(); ++i) {
+          max_diff =
+              std::max(max_diff, static_cast<double>(std::fabs(got.logits[i] - want.logits[i])));
+        }
+        EXPECT_LE(max_diff, 1e-3);
+        EXPECT_NE(async.runtime_stats().find("for the GPU's routing"), std::string::npos)
+            << async.runtime_stats();
+      }
 
-    // The last CPU-homed layer fails in a decode step and in a prefill; the cache is unchanged.
-    fail->fail_at = 1;
-    std::vector<float> row(static_cast<size_t>(async.config().n_vocab));
-    const int64_t past = b.n_past();
-    moe::test::expect_error(
-        [&] { async.forward(std::span(&prompt[0], 1), b, LogitsMode::Last, row.data(), nullptr); },
-        "CPU expert worker lost");
-    moe::test::expect_error(
-        [&] { async.forward(prompt, b, LogitsMode::Last, row.data(), nullptr); },
-        "CPU expert worker lost");
-    EXPECT_EQ(b.n_past(), past);
-    fail->fail_at = -1;
-    KvCache c = async.make_cache(64, KvType::F16, KvType::F16);
-    const GenerateResult again = generate(async, c, prompt, gen);
-    EXPECT_EQ(again.tokens, want.tokens);
+      // The last CPU-homed layer fails in a decode step and in a prefill; the cache is unchanged.
+      fail->fail_at = 1;
+      std::vector<float> row(static_cast<size_t>(async.config().n_vocab));
+      const int64_t past = b.n_past();
+      moe::test::expect_error(
+          [&] {
+            async.forward(std::span(&prompt[0], 1), b, LogitsMode::Last, row.data(), nullptr);
+          },
+          "CPU expert worker lost");
+      moe::test::expect_error(
+          [&] { async.forward(prompt, b, LogitsMode::Last, row.data(), nullptr); },
+          "CPU expert worker lost");
+      EXPECT_EQ(b.n_past(), past);
+      fail->fail_at = -1;
+      KvCache c = async.make_cache(64, KvType::F16, KvType::F16);
+      const GenerateResult again = generate(async, c, prompt, gen);
+      EXPECT_EQ(again.tokens, want.tokens);
+    }
   }
 }
 
