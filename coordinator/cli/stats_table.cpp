@@ -193,6 +193,8 @@ std::string format_expert_runtime(const moe::v1::GetStatsResponse& s) {
       "GPU %s\n",
       x.cpu_busy_ms() / 1e3, x.gpu_busy_ms() / 1e3, rate(x.cpu_us_per_expert(), "%.1f us").c_str(),
       rate(x.gpu_us_per_expert(), "%.1f us").c_str());
+  out += format("waits: GPU for host routing %.2f s, CPU share for device routing %.2f s\n",
+                x.gpu_route_wait_ms() / 1e3, x.cpu_route_wait_ms() / 1e3);
   out += format("VRAM: %.0f of %.0f MiB\n", static_cast<double>(x.vram_used_bytes()) / (1 << 20),
                 static_cast<double>(x.vram_budget_bytes()) / (1 << 20));
   return out;

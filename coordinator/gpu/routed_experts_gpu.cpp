@@ -413,6 +413,8 @@ model::ExpertRuntimeStats RoutedExpertsGpu::runtime() const {
   r.evictions = static_cast<uint64_t>(residency_->evictions());
   r.cpu_busy_ms = cpu_busy_us_ / 1e3;
   r.gpu_busy_ms = gpu_busy_us_ / 1e3;
+  r.gpu_route_wait_ms = route_wait_us_ / 1e3;
+  r.cpu_route_wait_ms = runner_->routing_wait_us() / 1e3;
   r.pcie_gbps = cal_.h2d_gbps;
   if (profiler_ && profiler_->pcie_us_per_expert() > 0) {
     // The profiler's refined copy time per expert (copies of one decode visit, back to back).

@@ -19,6 +19,10 @@ struct ExpertRuntimeStats {
   // The GPU's expert kernels of layers split with the CPU (from device events; layers routed
   // on the device are not timed), including any wait for their copies.
   double gpu_busy_ms = 0;
+  // Hand-off waits (issue 29): the GPU stream waiting for host routing (host-routed split layers:
+  // prefill, --moe-stream-share, --moe-host-routing), and the CPU share's runner waiting for the
+  // routing of device-routed split layers (the GPU's attention and router before it).
+  double gpu_route_wait_ms = 0, cpu_route_wait_ms = 0;
   // Measured rates: PCIe host -> device (the calibration, refined by decode copy timings), and
   // time per decode expert item on the CPU (at the pool's threads) and on the GPU; 0 = unknown.
   double pcie_gbps = 0, cpu_us_per_expert = 0, gpu_us_per_expert = 0;

@@ -110,6 +110,8 @@ grpc::Status ControlService::GetStats(grpc::ServerContext* ctx, const v1::GetSta
       o.set_gpu_us_per_expert(x.gpu_us_per_expert);
       o.set_vram_used_bytes(x.vram_used_bytes);
       o.set_vram_budget_bytes(x.vram_budget_bytes);
+      o.set_gpu_route_wait_ms(x.gpu_route_wait_ms);
+      o.set_cpu_route_wait_ms(x.cpu_route_wait_ms);
     }
   }
   if (state_.layers != nullptr && state_.engine.load() != nullptr) {

@@ -325,6 +325,16 @@ int run(const Args& a) {
         std::fprintf(stderr, "moe-bench: %s: %s\n", r.test.c_str(), d.c_str());
       }
     }
+    // The hand-off waits per decoded token (every run, warm-ups included; prefill's host-routed
+    // layers add to the GPU's wait).
+    if (rt->experts_per_token > 0 && rt->decode_items > 0) {
+      const double tokens =
+          static_cast<double>(rt->decode_items) / static_cast<double>(rt->experts_per_token);
+      std::fprintf(stderr,
+                   "moe-bench: per decoded token: the GPU waited %.0f us for host routing, the "
+                   "CPU share %.0f us for the GPU's routing\n",
+                   rt->gpu_route_wait_ms * 1e3 / tokens, rt->cpu_route_wait_ms * 1e3 / tokens);
+    }
   }
   const std::string name = std::filesystem::path(a.model).filename().string();
   const double gib = static_cast<double>(bytes) / static_cast<double>(1ull << 30);

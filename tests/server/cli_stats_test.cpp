@@ -25,6 +25,8 @@ TEST(CliStats, ExpertRuntimeBlockShowsSharesRatesAndVram) {
   x.set_gpu_busy_ms(125);
   x.set_pcie_gbps(47.8);
   x.set_cpu_us_per_expert(20.6);
+  x.set_gpu_route_wait_ms(226);
+  x.set_cpu_route_wait_ms(714);
   x.set_vram_used_bytes(uint64_t{5617} << 20);
   x.set_vram_budget_bytes(uint64_t{6144} << 20);
   const std::string t = format_expert_runtime(s);
@@ -38,6 +40,9 @@ TEST(CliStats, ExpertRuntimeBlockShowsSharesRatesAndVram) {
   EXPECT_NE(t.find("busy: CPU share 2.50 s, GPU experts (split layers) 0.12 s"), std::string::npos)
       << t;
   EXPECT_NE(t.find("per expert: CPU 20.6 us, GPU -"), std::string::npos) << t;  // GPU unmeasured
+  EXPECT_NE(t.find("waits: GPU for host routing 0.23 s, CPU share for device routing 0.71 s"),
+            std::string::npos)
+      << t;
   EXPECT_NE(t.find("VRAM: 5617 of 6144 MiB"), std::string::npos) << t;
 }
 
