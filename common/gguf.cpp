@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <optional>
 
@@ -223,6 +224,19 @@ void GgufParser::finalize(GgufFile& f) {
                   std::to_string(b.shard + 1) + ")");
     }
   }
+}
+
+uint64_t GgufFile::file_bytes(const std::string& path) {
+  const auto split = parse_split_name(path);
+  const uint32_t n = split ? split->count : 1;
+  uint64_t total = 0;
+  for (uint32_t k = 0; k < n; ++k) {
+    std::error_code ec;
+    const uintmax_t b = std::filesystem::file_size(split ? shard_path(*split, k + 1) : path, ec);
+    if (ec) return 0;
+    total += b;
+  }
+  return total;
 }
 
 void GgufParser::check_split_keys(const GgufFile& f, uint32_t index, uint32_t count, bool named) {

@@ -85,6 +85,9 @@ class GgufFile {
   // Throws moe::Error with the path and the reason on any malformed input. `mode`: mapped, or
   // read into (huge-page) memory (llama.cpp's --no-mmap).
   static GgufFile open(const std::string& path, LoadMode mode = LoadMode::Mapped);
+  // Bytes on disk of the model open() would read from `path` (every shard of a split name); 0
+  // when a file is missing or unreadable (open() then says why).
+  static uint64_t file_bytes(const std::string& path);
 
   // Parses an in-memory image (used by tests and the fuzzer). `bytes` must outlive the result.
   static GgufFile parse(std::span<const uint8_t> bytes, std::string name = "<memory>");

@@ -56,6 +56,7 @@ ExpertResidency::ExpertResidency(VramBudget& budget,
   const auto n_layer = static_cast<int64_t>(layers.size());
   if (gpu_home_.size() != layers.size()) throw Error("expert residency: layer count mismatch");
   table_.assign(static_cast<size_t>(n_layer * n_expert), ResidentExpert{});
+  direct_.assign(table_.size(), ResidentExpert{});
   counts_.assign(table_.size(), 0);
   layout_.resize(layers.size());
   slot_bytes_ = slot_bytes_for(layers, gpu_home);
@@ -186,7 +187,8 @@ const void* const* ExpertResidency::synced_table(int64_t layer, cudaStream_t str
     std::vector<const void*>& row = table_row_;
     row.resize(static_cast<size_t>(n_expert_ * 3));
     for (int64_t e = 0; e < n_expert_; ++e) {
-      const ResidentExpert& r = table_[static_cast<size_t>(layer * n_expert_ + e)];
+      const auto i = static_cast<size_t>(layer * n_expert_ + e);
+      const ResidentExpert& r = table_[i].gate ? table_[i] : direct_[i];
       row[static_cast<size_t>(3 * e)] = r.gate;
       row[static_cast<size_t>(3 * e + 1)] = r.up;
       row[static_cast<size_t>(3 * e + 2)] = r.down;
@@ -197,6 +199,14 @@ const void* const* ExpertResidency::synced_table(int64_t layer, cudaStream_t str
     stale = 0;
   }
   return dev;
+}
+
+void ExpertResidency::set_direct(int64_t layer, int64_t expert, const ResidentExpert& view) {
+  if (layer_on_gpu(layer)) throw Error("expert residency: direct reads of a GPU-homed layer");
+  ResidentExpert& d = direct_[static_cast<size_t>(layer * n_expert_ + expert)];
+  if (d.gate == view.gate && d.up == view.up && d.down == view.down) return;
+  d = view;
+  table_stale_[static_cast<size_t>(layer)] = 1;
 }
 
 unsigned char* ExpertResidency::admit(int64_t layer, int64_t expert) {

@@ -57,9 +57,19 @@ class ExpertResidency {
   }
   bool has_cpu_experts() const { return n_cpu_layers_ > 0; }
   // Device array of 3 * n_expert pointers of any layer: a CPU-homed layer's experts with a pool
-  // slot have their slot's, the others null. Brought up to date first (a copy enqueued on
-  // `stream`) when the pool changed since it was last synced.
+  // slot have their slot's, those read in place (set_direct()) their mapped host memory, the
+  // others null. Brought up to date first (a copy enqueued on `stream`) when the pool or the
+  // direct set changed since it was last synced.
   const void* const* synced_table(int64_t layer, cudaStream_t stream);
+  // Marks (layer, expert) of a CPU-homed layer to be read by the GPU in place over PCIe, at
+  // `view` (its matrices in page-locked host memory, as device addresses), when it has no pool
+  // slot; an empty view unmarks it.
+  void set_direct(int64_t layer, int64_t expert, const ResidentExpert& view);
+  // Whether device routing sends (layer, expert) to the GPU's in-place reads.
+  bool direct(int64_t layer, int64_t expert) const {
+    const auto i = static_cast<size_t>(layer * n_expert_ + expert);
+    return !table_[i].gate && direct_[i].gate;
+  }
 
   // Counts one routing of (layer, expert) toward the profile that fills the pool, and `weight`
   // toward its residency score.
@@ -137,7 +147,8 @@ class ExpertResidency {
   VramBuffer pool_;
   std::vector<int64_t> slot_owner_;  // layer * n_expert + expert, or -1
   std::vector<ResidentExpert> table_;
-  std::vector<uint64_t> counts_;  // the saved profile: plain counts, no decay
+  std::vector<ResidentExpert> direct_;  // set_direct()'s views, by layer * n_expert + expert
+  std::vector<uint64_t> counts_;        // the saved profile: plain counts, no decay
   uint64_t routed_ = 0;
   model::ResidencyPolicy policy_;
 };

@@ -25,7 +25,8 @@ inline double share_or_auto(const std::string& flag, const std::string& v) {
   return f;
 }
 
-inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
+// `mmap_flag`: also --mmap (moe-bench has its own, llama-bench's --mmap 0|1).
+inline void add_gpu_options(CLI::App& app, GpuOptions& o, bool mmap_flag = true) {
   app.add_option("--n-gpu-layers", o.n_gpu_layers,
                  "-ngl N: layers on the GPU (0: CPU only; >= the layer count: attention, norms, "
                  "router, output head and KV cache in VRAM, e.g. -ngl 99)")
@@ -51,6 +52,13 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
       "the GPU while the CPU computes the rest, or auto: chosen from the CPU and PCIe rates "
       "measured as it runs (needs --no-mmap / -mmp 0; default 0: none; a fixed 0.25-0.35 "
       "measured best on a PCIe 5 host)");
+  app.add_option_function<std::string>(
+      "--moe-direct-share",
+      [&o](const std::string& v) { o.moe_direct_share = share_or_auto("--moe-direct-share", v); },
+      "share (0-1) of each decode layer's expected CPU-homed misses that the GPU reads in "
+      "place from the page-locked model over PCIe (its hottest experts without a VRAM copy) "
+      "while the CPU computes the rest, or auto (default): balanced from the calibrated CPU "
+      "and PCIe time per expert when the model is read in; 0: none");
   app.add_option_function<std::string>(
       "--moe-prefill-cpu-share",
       [&o](const std::string& v) {
@@ -110,10 +118,17 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o) {
          "VRAM mapped, under the MPS daemon scripts/with-mps starts; without MPS it falls "
          "back to in-process and says why)")
       ->check(CLI::IsMember({"in-process", "process"}));
-  app.add_flag("--no-mmap", o.no_mmap,
-               "read the model into memory instead of mapping it; with -ngl and CPU-homed "
-               "experts it is page-locked, and prefill batches of 32+ tokens then stream those "
-               "experts to the GPU over PCIe");
+  app.add_flag_function(
+      "--no-mmap", [&o](int64_t) { o.mmap = 0; },
+      "read the model into memory instead of mapping it; with -ngl and CPU-homed experts it is "
+      "page-locked, prefill batches of 32+ tokens then stream those experts to the GPU over "
+      "PCIe and decode reads a share of its misses in place (default with -cmoe/-ncmoe when the "
+      "model fits in 80% of the available memory)");
+  if (mmap_flag) {
+    app.add_flag_function(
+        "--mmap", [&o](int64_t) { o.mmap = 1; },
+        "map the model file instead of reading it in (the default without CPU-homed experts)");
+  }
 }
 
 }  // namespace moe::gpu

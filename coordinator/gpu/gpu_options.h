@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
+#include "common/gguf.h"
 #include "common/mapped_file.h"
+#include "common/memory_info.h"
 #include "coordinator/model/kv_cache.h"
 
 namespace moe::gpu {
@@ -31,6 +34,13 @@ struct GpuOptions {
   // q = m * B_pcie / (B_pcie + B_cpu)); 0 (default): the CPU computes every miss; < 0
   // (--moe-stream-share auto): that rule with the CPU and PCIe rates measured as it runs.
   double moe_stream_share = 0.0;
+  // Share (0..1) of each device-routed decode layer's expected CPU-homed misses that the GPU's
+  // kernels read in place from the page-locked model over PCIe (no copy, no host in the loop)
+  // while the CPU computes the rest: the layer's hottest experts without a pool slot, as many as
+  // carry that share of its routing. < 0 (default, auto): t_cpu / (t_cpu + t_pcie) from the
+  // calibrated time per expert on the CPU and over PCIe, when the model is read in and page-locked
+  // and decode routes on the GPU; 0: none. A share > 0 needs the model read in.
+  double moe_direct_share = -1;
   // Prefill batches that stream their CPU-homed experts over PCIe: the share (0..1) of a layer's
   // streamed experts that the CPU computes instead, at the same time (the least routed ones).
   // Default 0.2: the least routed experts have few tokens, so the CPU computes them in about a
@@ -58,9 +68,12 @@ struct GpuOptions {
   // beyond its bytes (a 1 MiB copy moves at 48 GB/s where 14 MiB reach 55 on the H200 host), and
   // copies on different streams can overlap it.
   int64_t moe_copy_streams = 1;
-  // --no-mmap: read the model into memory instead of mapping it. With CPU-homed experts the GPU
-  // then page-locks it, so prefill batches and --moe-stream-share copy experts over PCIe.
-  bool no_mmap = false;
+  // 0 (--no-mmap, -mmp 0): read the model into memory instead of mapping it. With CPU-homed
+  // experts the GPU then page-locks it, so prefill batches stream experts over PCIe and decode
+  // reads a share of its misses in place. 1 (--mmap, -mmp 1): map it. -1 (default): read it in
+  // when the GPU has CPU-homed experts and it fits in available memory, else map it
+  // (choose_load_mode()).
+  int mmap = -1;
   // --moe-cpu-sync: compute the CPU's expert share on the thread that drives the GPU, with a host
   // synchronisation per layer, instead of on a runner thread the GPU stream waits on (the
   // behaviour before the hand-off, kept for comparison and for drivers without stream waits).
@@ -110,9 +123,47 @@ inline int cpu_pool_threads(const GpuOptions& o, int threads) {
 }
 
 // Headroom left free when the pool is sized automatically: prefill scratch grows with the batch.
-// How the tools open the model file for these options.
-inline gguf::LoadMode load_mode(const GpuOptions& o) {
-  return o.no_mmap ? gguf::LoadMode::Loaded : gguf::LoadMode::Mapped;
+// How the tools open a model of `model_bytes` for these options with `available` bytes of memory
+// free (0: unknown). `why` says what the default chose and why (empty when a flag decided).
+// Reading in leaves a fifth of the available memory to everything else; a model that does not
+// fit so is mapped, as llama.cpp does by default, and pages in from disk as it is used.
+inline gguf::LoadMode choose_load_mode(const GpuOptions& o, uint64_t model_bytes,
+                                       uint64_t available, std::string* why) {
+  if (why) why->clear();
+  if (o.mmap >= 0) return o.mmap == 0 ? gguf::LoadMode::Loaded : gguf::LoadMode::Mapped;
+  const bool hybrid = o.n_gpu_layers > 0 && (o.cpu_moe || o.n_cpu_moe > 0);
+  if (!hybrid) return gguf::LoadMode::Mapped;
+  const auto gib = [](uint64_t b) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", static_cast<double>(b) / (1ull << 30));
+    return std::string(text);
+  };
+  if (model_bytes == 0 || available == 0 || model_bytes > available / 5 * 4) {
+    if (why) {
+      *why = "model mapped, not read in: " +
+             (model_bytes == 0 || available == 0
+                  ? std::string("its size or the available memory is unknown")
+                  : gib(model_bytes) + " GiB is more than 80% of the " + gib(available) +
+                        " GiB available") +
+             " (--no-mmap reads it in: faster streamed prefill and decode misses)";
+    }
+    return gguf::LoadMode::Mapped;
+  }
+  if (why) {
+    *why = "model read into memory (" + gib(model_bytes) + " of " + gib(available) +
+           " GiB available) for the GPU to stream its CPU-homed experts; --mmap maps it instead";
+  }
+  return gguf::LoadMode::Loaded;
+}
+
+// Opens the model at `path` as choose_load_mode() says for this machine; says the default's
+// choice on stderr, prefixed with `tool`.
+inline gguf::GgufFile open_model(const GpuOptions& o, const std::string& path, const char* tool) {
+  std::string why;
+  const gguf::LoadMode mode =
+      choose_load_mode(o, gguf::GgufFile::file_bytes(path), available_memory_bytes(), &why);
+  if (!why.empty()) std::fprintf(stderr, "%s: %s\n", tool, why.c_str());
+  return gguf::GgufFile::open(path, mode);
 }
 
 inline constexpr int64_t kAutoPoolReserveMib = 512;

@@ -21,6 +21,15 @@ std::map<void*, int>& g_users() {
   return users;
 }
 
+const unsigned char* mapped_address(void* host) {
+  void* dev = nullptr;
+  if (cudaHostGetDevicePointer(&dev, host, 0) != cudaSuccess) {
+    (void)cudaGetLastError();  // not a sticky error: the SMs just cannot read it directly
+    return nullptr;
+  }
+  return static_cast<const unsigned char*>(dev);
+}
+
 }  // namespace
 
 HostModelPin::HostModelPin(const gguf::GgufFile& file) {
@@ -37,13 +46,17 @@ HostModelPin::HostModelPin(const gguf::GgufFile& file) {
     const auto begin = reinterpret_cast<uintptr_t>(s.data());
     const uintptr_t end = (begin + s.size() + page - 1) / page * page;
     void* p = reinterpret_cast<void*>(begin);
+    const Region region{static_cast<const unsigned char*>(p), end - begin, nullptr};
     if (auto it = g_users().find(p); it != g_users().end()) {
       ++it->second;
-      regions_.push_back(p);
+      regions_.push_back(region);
+      regions_.back().device = mapped_address(p);
       continue;
     }
-    // Read-only: the loaded model is mprotect()ed read-only.
-    const cudaError_t err = cudaHostRegister(p, end - begin, cudaHostRegisterReadOnly);
+    // Read-only: the loaded model is mprotect()ed read-only. Mapped: kernels may read it in place.
+    const cudaError_t err = cudaHostRegister(
+        p, end - begin,
+        cudaHostRegisterMapped | cudaHostRegisterPortable | cudaHostRegisterReadOnly);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();  // not a sticky error
       refusal_ = cudaGetErrorString(err);
@@ -51,7 +64,8 @@ HostModelPin::HostModelPin(const gguf::GgufFile& file) {
       return;
     }
     g_users()[p] = 1;
-    regions_.push_back(p);
+    regions_.push_back(region);
+    regions_.back().device = mapped_address(p);
   }
   if (regions_.empty()) refusal_ = "the model has no bytes to lock";
 }
@@ -61,8 +75,17 @@ HostModelPin::~HostModelPin() {
   release();
 }
 
+const void* HostModelPin::device_view(const void* host) const {
+  const auto* b = static_cast<const unsigned char*>(host);
+  for (const Region& r : regions_) {
+    if (b >= r.host && b < r.host + r.bytes) return r.device ? r.device + (b - r.host) : nullptr;
+  }
+  return nullptr;
+}
+
 void HostModelPin::release() {
-  for (void* p : regions_) {
+  for (const Region& r : regions_) {
+    void* p = const_cast<unsigned char*>(r.host);
     const auto it = g_users().find(p);
     if (it != g_users().end() && --it->second == 0) {
       (void)cudaHostUnregister(p);

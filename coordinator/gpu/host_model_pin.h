@@ -23,11 +23,19 @@ class HostModelPin {
   bool pinned() const { return !regions_.empty(); }
   // Why pinned() is false (the driver's message), or empty.
   const std::string& refusal() const { return refusal_; }
+  // The address the GPU's kernels read `host` (a byte of the pinned model) at, or nullptr when it
+  // is not in a pinned region: the SMs then read the bytes over PCIe themselves, no copy.
+  const void* device_view(const void* host) const;
 
  private:
   void release();  // with the registry's mutex held
 
-  std::vector<void*> regions_;  // page-locked regions this object uses
+  struct Region {
+    const unsigned char* host = nullptr;
+    size_t bytes = 0;
+    const unsigned char* device = nullptr;  // its mapping in the device's address space
+  };
+  std::vector<Region> regions_;  // page-locked regions this object uses
   std::string refusal_;
 };
 

@@ -55,15 +55,16 @@ std::unique_ptr<model::ModelArch> create_model(const gguf::GgufFile& file, cpu::
       return m;
     }
   }
-  const bool gpu_flags = opt.cpu_moe || opt.n_cpu_moe > 0 || opt.vram_budget_mib > 0 ||
-                         opt.moe_resident_mib > 0 || opt.moe_stream_share != 0 ||
-                         opt.moe_prefill_cpu_share != GpuOptions{}.moe_prefill_cpu_share ||
-                         !opt.moe_profile.empty() || opt.moe_grouping_layout || opt.recalibrate ||
-                         opt.gpu_executor == "process";
+  const bool gpu_flags =
+      opt.cpu_moe || opt.n_cpu_moe > 0 || opt.vram_budget_mib > 0 || opt.moe_resident_mib > 0 ||
+      opt.moe_stream_share != 0 || opt.moe_direct_share > 0 ||
+      opt.moe_prefill_cpu_share != GpuOptions{}.moe_prefill_cpu_share || !opt.moe_profile.empty() ||
+      opt.moe_grouping_layout || opt.recalibrate || opt.gpu_executor == "process";
   if (opt.n_gpu_layers == 0) {
     if (gpu_flags) {
       throw Error(
           "--vram-budget-mib, -cmoe, -ncmoe, --moe-resident-mib, --moe-stream-share, "
+          "--moe-direct-share, "
           "--moe-prefill-cpu-share, "
           "--moe-profile, --moe-resident-grouping layout, --recalibrate and --gpu-executor "
           "process need -ngl "

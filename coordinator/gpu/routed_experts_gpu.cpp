@@ -62,6 +62,16 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   // Streaming: decode misses (--moe-stream-share) and prefill batches, from the loaded model.
   const bool cpu_homed = std::find(gpu_home.begin(), gpu_home.end(), false) != gpu_home.end();
   const bool streaming = (opt.moe_stream_share != 0 || f.loaded()) && cpu_homed;
+  if (opt.moe_direct_share > 0 && cpu_homed) {
+    if (!f.loaded()) {
+      throw Error("--moe-direct-share needs the model read into memory (-mmp 0 / --no-mmap)");
+    }
+    if (opt.moe_stream_share != 0 || opt.moe_host_routing) {
+      throw Error(
+          "--moe-direct-share works with decode routed on the GPU: not with --moe-stream-share "
+          "or --moe-host-routing");
+    }
+  }
   uint64_t staging_bytes = 0;
   if (streaming) {
     if (opt.moe_staging_slots < 2 || opt.moe_staging_slots % 2 != 0) {
@@ -182,6 +192,16 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   MOE_CUDA_CHECK(
       cudaMemcpy(dr_.tok_off, tok_off.data(), tok_off.size() * 4, cudaMemcpyHostToDevice));
   if (cpu_homed) calibrate(f, pool, opt.recalibrate);
+  if (device_split_ && opt.moe_direct_share != 0 && stream_share_ == 0) {
+    if (pin_ && pin_->pinned()) {
+      direct_auto_ = opt.moe_direct_share < 0;
+      direct_share_ = direct_auto_ ? auto_direct_share() : opt.moe_direct_share;
+      if (direct_share_ > 0) choose_direct();
+    } else if (opt.moe_direct_share > 0) {
+      std::fprintf(stderr, "warning: --moe-direct-share off: the model is not page-locked (%s)\n",
+                   pin_ ? pin_->refusal().c_str() : "not streaming");
+    }
+  }
 }
 
 float* RoutedExpertsGpu::scratch(VramBuffer& b, size_t floats, const char* what) {
@@ -394,6 +414,12 @@ std::string RoutedExpertsGpu::summary() const {
   if (profiler_) {
     s += "; decode misses copied over PCIe: " + profiler_->summary();
   }
+  if (direct_share_ > 0) {
+    char share[16];
+    std::snprintf(share, sizeof share, "%.2f", direct_share_);
+    s += std::string("; the GPU reads ") + share + (direct_auto_ ? " (auto)" : "") +
+         " of each decode layer's expected misses in place from the page-locked model";
+  }
   if (stream_share_ > 0) {
     char share[16];
     std::snprintf(share, sizeof share, "%.2f", stream_share_);
@@ -433,7 +459,7 @@ model::ExpertRuntimeStats RoutedExpertsGpu::runtime() const {
   r.expert_bytes = all_layers / tensors_.size();
   r.experts_per_token = static_cast<uint64_t>(cfg_.n_layer * cfg_.n_expert_used);
   r.gpu_gbps = cal_.gpu_gbps;
-  r.pcie_lane = profiler_ != nullptr || stream_share_ > 0;
+  r.pcie_lane = profiler_ != nullptr || stream_share_ > 0 || direct_share_ > 0;
   return r;
 }
 
@@ -450,6 +476,9 @@ std::string RoutedExpertsGpu::stats() const {
   std::string s = "routed expert items: " + std::to_string(all) + ", " + pct(stats_.resident) +
                   " on VRAM copies, " + pct(stats_.streamed) + " copied over PCIe (" + gib + "), " +
                   pct(stats_.cpu) + " on the CPU";
+  if (stats_.direct > 0) {
+    s += "; " + std::to_string(stats_.direct) + " items read in place over PCIe by the GPU";
+  }
   if (stats_.admitted > 0) {
     s += "; " + std::to_string(stats_.admitted) + " copied experts admitted into the pool (" +
          std::to_string(residency_->evictions()) + " evictions)";
@@ -512,6 +541,7 @@ void RoutedExpertsGpu::after_forward() {
   // settles; each refill copies only the experts that change. The saved profile follows.
   if (residency_->routed() < refill_at_) return;
   if (residency_->pool_slots() > 0) residency_->refill();
+  if (direct_share_ > 0) choose_direct();
   refill_at_ = std::max<uint64_t>(refill_at_ * 8, residency_->routed() + 1);
   save_profile_or_warn();  // the forward succeeded: a full disk must not fail it
 }

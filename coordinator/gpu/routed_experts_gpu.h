@@ -109,6 +109,13 @@ class RoutedExpertsGpu {
   void run_device_split(int64_t layer, int64_t n, const float* xn, const cuda::DeviceMatrix& router,
                         float* router_logits, float* out, cudaStream_t stream);
   std::span<const model::ExpertItem> take_device_routing(int64_t layer, int64_t n);
+  // --moe-direct-share: marks in the residency, per CPU-homed layer, the hottest experts without
+  // a pool slot that carry direct_share_ of the layer's routing scores (by count while nothing is
+  // routed yet), for the GPU to read in place from the page-locked model. After every refill.
+  void choose_direct();
+  // --moe-direct-share auto: 0.75 t_cpu / (t_cpu + t_pcie) per expert, from the calibration (0
+  // when it has no PCIe rate): a little below the share that makes both sides finish together.
+  double auto_direct_share() const;
   // Records into batch_ gate, up, SwiGLU and down of `items` items of one token row each (item i
   // reads row dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.
   void compute_items(int64_t layer, int64_t items, const float* xn);
@@ -211,6 +218,8 @@ class RoutedExpertsGpu {
   // Device-routed split layers: on unless --moe-host-routing. The routing the GPU publishes for
   // the CPU share (page-locked: the flag word, then ids, weights and hit marks) and its sequence.
   bool device_split_ = false;
+  double direct_share_ = 0;  // --moe-direct-share
+  bool direct_auto_ = false;
   PinnedBuffer h_route_;
   uint32_t* route_flag_ = nullptr;
   int32_t* route_ids_ = nullptr;
@@ -282,6 +291,7 @@ class RoutedExpertsGpu {
   struct Counters {
     uint64_t resident = 0, streamed = 0, cpu = 0, pcie_bytes = 0, admitted = 0;
     uint64_t decode = 0, decode_resident = 0;  // items of decode visits, and those on VRAM copies
+    uint64_t direct = 0;  // of streamed: read in place by the GPU's kernels (--moe-direct-share)
   } stats_;
   std::string profile_path_;   // --moe-profile
   int64_t profile_warm_ = -1;  // experts copied at start from a loaded profile (-1: none loaded)

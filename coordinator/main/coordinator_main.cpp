@@ -392,7 +392,7 @@ void drain(engine::WorkerRegistry& registry, server::ServingState& state, engine
 
 int run(const Args& a, const std::string& worker_secret) {
   ReadyFile ready(a.ready_file);  // before anything starts: refused when it exists
-  const auto file = gguf::GgufFile::open(a.model, moe::gpu::load_mode(a.gpu));
+  const auto file = moe::gpu::open_model(a.gpu, a.model, "moe-coordinator");
   const placement::Topology topo = placement::detect_topology();
   placement::Placement place = placement::resolve_placement(a.placement, topo, a.threads);
   if (a.threads > 0) place.coordinator_threads = a.threads;

@@ -53,7 +53,6 @@ struct Args {
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
   int pool_spin = moe::cpu::ThreadPool::kDefaultSpin;  // both processes' pools
-  int mmap = 1;             // 0: read the file into (huge-page) memory instead of mapping it
   bool op_profile = false;  // --op-profile: per-op times of the CPU forward
   moe::gpu::GpuOptions gpu;
 };
@@ -254,10 +253,8 @@ std::vector<Result> measure_parallel(ModelArch& model, const Args& a, int64_t n_
 
 int run(const Args& a) {
   OpProfile prof;  // before the model, which keeps a pointer to it
-  const auto file =
-      moe::gguf::GgufFile::open(a.model, a.mmap && !a.gpu.no_mmap ? moe::gguf::LoadMode::Mapped
-                                                                  : moe::gguf::LoadMode::Loaded);
-  if (!a.mmap || a.gpu.no_mmap) {
+  const auto file = moe::gpu::open_model(a.gpu, a.model, "moe-bench");
+  if (file.loaded()) {
     std::fprintf(stderr, "moe-bench: model read into memory, %s MiB of it in huge pages\n",
                  anon_huge_mib().c_str());
   }
@@ -408,9 +405,10 @@ int main(int argc, char** argv) {
   moe::tools::add_kv_options(app, a.kv);
   app.add_option("--experts", a.experts, "where routed experts run: inproc|process")
       ->check(CLI::IsMember({"inproc", "process"}));
-  app.add_option("--mmap", a.mmap,
+  app.add_option("--mmap", a.gpu.mmap,
                  "-mmp 1: map the model file; -mmp 0: read it into memory (transparent huge "
-                 "pages), as llama-bench")
+                 "pages), as llama-bench (default: read in with CPU-homed experts on a GPU when "
+                 "it fits in 80% of the available memory, else mapped)")
       ->check(CLI::Range(0, 1));
   app.add_option("--pool-spin", a.pool_spin,
                  "pause iterations an idle thread-pool thread spins before sleeping (both "
@@ -424,7 +422,7 @@ int main(int argc, char** argv) {
                "(-ngl 0; -npl is not profiled)");
   app.add_option("--worker-bin", a.worker_bin,
                  "moe-cpu-worker binary (default: the one next to moe-bench)");
-  moe::gpu::add_gpu_options(app, a.gpu);
+  moe::gpu::add_gpu_options(app, a.gpu, /*mmap_flag=*/false);
   try {
     app.parse(static_cast<int>(argv_p.size()), argv_p.data());
     if (a.n_prompt == 0 && a.n_gen == 0) throw CLI::ValidationError("-p and -n are both 0");

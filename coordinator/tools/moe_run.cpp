@@ -93,7 +93,7 @@ int run_text(const Args& a) {
 int run(const Args& a) {
   using namespace moe::model;
   if (!a.apply_template.empty() || a.has_prompt) return run_text(a);
-  const auto file = moe::gguf::GgufFile::open(a.model, moe::gpu::load_mode(a.gpu));
+  const auto file = moe::gpu::open_model(a.gpu, a.model, "moe-run");
   moe::gpu::GpuOptions gpu = a.gpu;
   moe::cpu::ThreadPool pool(
       moe::gpu::cpu_pool_threads(gpu, resolve_threads(a.threads)), {},

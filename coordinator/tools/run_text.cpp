@@ -95,7 +95,7 @@ moe::sampling::SamplingParams SamplingFlags::to_params() const {
 
 int run_generate(const GenerateArgs& a) {
   using namespace moe::model;
-  const auto file = moe::gguf::GgufFile::open(a.model, moe::gpu::load_mode(a.gpu));
+  const auto file = moe::gpu::open_model(a.gpu, a.model, "moe-run");
   const auto tok = moe::tokenizer::Tokenizer::from_gguf(file);
   std::vector<int32_t> prompt;
   if (tok.add_bos() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
