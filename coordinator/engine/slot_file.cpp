@@ -66,7 +66,7 @@ std::string header_of(const SlotFingerprint& fp, uint32_t n_tokens) {
 std::string type_name(uint32_t id) {
   using model::KvType;
   for (KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::Q5_0, KvType::Q5_1,
-                   KvType::Q4_0, KvType::Q4_1}) {
+                   KvType::Q4_0, KvType::Q4_1, KvType::IQ4_NL}) {
     if (static_cast<uint32_t>(model::kv_ggml_type(t)) == id) return std::string(kv_type_name(t));
   }
   return ggml_type_label(id);

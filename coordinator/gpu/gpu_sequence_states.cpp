@@ -74,7 +74,7 @@ std::vector<cuda::DeviceKvLayer> GpuSequenceStates::layout_of(const model::KvCac
     d.k_rot = cache.k_rotation(l);
     d.v_rot = cache.v_rotation(l);
     for (GgmlType t : {d.k_type, d.v_type}) {
-      if (t == GgmlType::IQ4_NL || !ggml_row_bytes(t, 32)) {
+      if (!ggml_row_bytes(t, 32)) {
         throw Error("KV cache type " + ggml_type_label(static_cast<uint32_t>(t)) +
                     " is not supported on the GPU");
       }

@@ -22,8 +22,9 @@ KvType parse_kv_type(std::string_view name) {
   if (name == "q4_1") return KvType::Q4_1;
   if (name == "q5_0") return KvType::Q5_0;
   if (name == "q5_1") return KvType::Q5_1;
+  if (name == "iq4_nl") return KvType::IQ4_NL;
   throw Error("unsupported KV cache type '" + std::string(name) +
-              "' (supported: f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1)");
+              "' (supported: f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, iq4_nl)");
 }
 
 std::string_view kv_type_name(KvType t) {
@@ -44,6 +45,8 @@ std::string_view kv_type_name(KvType t) {
       return "q5_0";
     case KvType::Q5_1:
       return "q5_1";
+    case KvType::IQ4_NL:
+      return "iq4_nl";
   }
   return "?";
 }
@@ -66,6 +69,8 @@ GgmlType kv_ggml_type(KvType t) {
       return GgmlType::Q5_0;
     case KvType::Q5_1:
       return GgmlType::Q5_1;
+    case KvType::IQ4_NL:
+      return GgmlType::IQ4_NL;
   }
   return GgmlType::F32;
 }

@@ -1,8 +1,9 @@
 // Per-sequence state: for every attention layer, K and V rows (one row of n_head_kv * head_dim
-// values per position) stored as f32, f16, bf16, q8_0, q5_0, q5_1, q4_0 or q4_1 (llama.cpp's
-// -ctk/-ctv names; iq4_nl is not offered), per layer (KvConfig), quantized rows Hadamard-rotated as
-// llama.cpp does by default; for every recurrent layer of a hybrid model (qwen35moe), its
-// RecurrentState. One object per sequence, so several sequences are several caches.
+// values per position) stored as f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1 or iq4_nl
+// (llama.cpp's -ctk/-ctv names and block layouts), per layer (KvConfig), quantized rows
+// Hadamard-rotated as llama.cpp does by default; for every recurrent layer of a hybrid model
+// (qwen35moe), its RecurrentState. One object per sequence, so several sequences are several
+// caches.
 #pragma once
 
 #include <cstdint>
@@ -19,14 +20,15 @@
 
 namespace moe::model {
 
-enum class KvType { F32, F16, Q8_0, Q4_0, BF16, Q4_1, Q5_0, Q5_1 };
+enum class KvType { F32, F16, Q8_0, Q4_0, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL };
 
 // Where a cache keeps its K/V rows and recurrent state. A GPU forward keeps them in VRAM and uses
 // the host cache only as the sequence's identity and position count: None allocates nothing on
 // the host (an f16 cache of qwen3-30b at 32k positions would otherwise hold 3 GB of unused RAM).
 enum class KvStorage { Host, None };
 
-// "f32", "f16", "bf16", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1"; anything else throws moe::Error.
+// "f32", "f16", "bf16", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1", "iq4_nl"; anything else throws
+// moe::Error.
 KvType parse_kv_type(std::string_view name);
 std::string_view kv_type_name(KvType t);
 GgmlType kv_ggml_type(KvType t);

@@ -22,10 +22,10 @@ struct KvArgs {
 
 inline void add_kv_options(CLI::App& app, KvArgs& a) {
   app.add_option("--cache-type-k", a.ctk,
-                 "K cache type (-ctk): f32|f16|bf16|q8_0|q5_0|q5_1|q4_0|q4_1")
+                 "K cache type (-ctk): f32|f16|bf16|q8_0|q5_0|q5_1|q4_0|q4_1|iq4_nl")
       ->check(CLI::IsMember(kKvCacheTypes));
   app.add_option("--cache-type-v", a.ctv,
-                 "V cache type (-ctv): f32|f16|bf16|q8_0|q5_0|q5_1|q4_0|q4_1")
+                 "V cache type (-ctv): f32|f16|bf16|q8_0|q5_0|q5_1|q4_0|q4_1|iq4_nl")
       ->check(CLI::IsMember(kKvCacheTypes));
   app.add_option("--cache-type-k-first", a.k_first,
                  "-ctk-first TYPE,N: the first N attention layers' K cache type");

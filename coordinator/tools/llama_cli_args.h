@@ -9,8 +9,8 @@
 
 namespace moe::tools {
 
-inline const std::vector<std::string> kKvCacheTypes = {"f32",  "f16",  "bf16", "q8_0",
-                                                       "q5_0", "q5_1", "q4_0", "q4_1"};
+inline const std::vector<std::string> kKvCacheTypes = {"f32",  "f16",  "bf16", "q8_0",  "q5_0",
+                                                       "q5_1", "q4_0", "q4_1", "iq4_nl"};
 
 // argv with llama.cpp's multi-letter short flags (-ctk, -ctv, -ngl, -cmoe, -ncmoe, -mmp, -np, -ub,
 // -fa, -ctk-first, -ctk-last, -ctv-first, -ctv-last) replaced

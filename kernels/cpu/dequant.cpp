@@ -28,8 +28,6 @@ inline uint32_t load_u32(const uint8_t* p) {
 }
 inline float load_f16(const uint8_t* p) { return fp16_to_fp32(load_u16(p)); }
 
-constexpr int8_t kValuesIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                     1,    13,   25,  38,  53,  69,  89,  113};
 // E2M1 values doubled (ggml's kvalues_mxfp4); the scale is halved to compensate.
 constexpr int8_t kValuesMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 

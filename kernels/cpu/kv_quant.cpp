@@ -1,4 +1,4 @@
-// The KV row encoders: F16 and the Q8_0 / Q4_0 reference quantizers.
+// The KV row encoders: F16, BF16, ggml's reference quantizers of Q8_0 / Q4_x / Q5_x, and IQ4_NL.
 #include "kernels/cpu/kv_quant.h"
 
 #include <algorithm>
@@ -92,6 +92,50 @@ void quantize_affine(const float* x, uint8_t* dst, int64_t n) {
   }
 }
 
+// IQ4_NL (this project's rule; ggml's own quantizer searches scales and is not reproduced): per
+// block of 32, d = max / -127 with max the signed value of largest magnitude (the first on ties),
+// each q = the index of the table value nearest x / d (x * (1 / d), the lower index on ties). Then
+// one least-squares refinement: d = sum(t[q] x) / sum(t[q]^2), rounded to fp16, and every q picked
+// again against that stored d. The products t[q] x are exact in double and summed in the order of
+// a warp's xor butterfly (offsets 16, 8, 4, 2, 1), so the GPU's kv_store gives the same bytes.
+// An all-zero block stores d = 0 (q = 8, the value 1).
+int iq4_nl_index(float v) {
+  int q = 0;
+  for (int k = 0; k < 15; ++k) {
+    // The midpoint of two neighbours is exact in float; v on it takes the lower index.
+    q += v > 0.5f * static_cast<float>(kValuesIq4nl[k] + kValuesIq4nl[k + 1]) ? 1 : 0;
+  }
+  return q;
+}
+
+void quantize_iq4_nl(const float* x, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    const float d0 = signed_absmax(xb) / static_cast<float>(kValuesIq4nl[0]);
+    const float id0 = d0 != 0.0f ? 1.0f / d0 : 0.0f;
+    int q[32];
+    double s[32];
+    int sumq2 = 0;
+    for (int j = 0; j < 32; ++j) {
+      q[j] = iq4_nl_index(xb[j] * id0);
+      const int t = kValuesIq4nl[q[j]];
+      s[j] = static_cast<double>(t) * static_cast<double>(xb[j]);
+      sumq2 += t * t;
+    }
+    for (int m = 16; m > 0; m >>= 1) {
+      for (int j = 0; j < m; ++j) s[j] = s[j] + s[j + m];
+    }
+    const float d1 = d0 != 0.0f ? static_cast<float>(s[0] / static_cast<double>(sumq2)) : 0.0f;
+    const uint16_t dh = fp32_to_fp16(d1);
+    const float d = fp16_to_fp32(dh);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; ++j) q[j] = iq4_nl_index(xb[j] * id);
+    uint8_t* out = dst + b * 18;
+    std::memcpy(out, &dh, 2);
+    pack_block(q, out + 2);
+  }
+}
+
 }  // namespace
 
 void encode_kv_row(GgmlType type, const float* x, uint8_t* dst, int64_t n) {
@@ -126,6 +170,9 @@ void encode_kv_row(GgmlType type, const float* x, uint8_t* dst, int64_t n) {
       return;
     case GgmlType::Q5_1:
       quantize_affine<5>(x, dst, n);
+      return;
+    case GgmlType::IQ4_NL:
+      quantize_iq4_nl(x, dst, n);
       return;
     default:
       throw Error("encode_kv_row: " + ggml_type_label(static_cast<uint32_t>(type)) +

@@ -1,6 +1,7 @@
 // How a KV cache row is stored: F32 as is, F16 and BF16 round-to-nearest-even, Q8_0, Q4_0, Q4_1,
-// Q5_0 and Q5_1 as ggml's reference quantizers define them (quantize_row_*_ref). The CPU cache
-// stores rows with it, and the GPU's kv_store is tested byte for byte against it.
+// Q5_0 and Q5_1 as ggml's reference quantizers define them (quantize_row_*_ref), IQ4_NL in ggml's
+// block layout by this project's own rule (kv_quant.cpp). The CPU cache stores rows with it, and
+// the GPU's kv_store is tested byte for byte against it.
 #pragma once
 
 #include <cstdint>

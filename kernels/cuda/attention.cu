@@ -78,6 +78,8 @@ __device__ __forceinline__ void load_rows(int code, const uint8_t* base, size_t 
     load_rows_t<kKvQ4_1>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvQ5_0) {
     load_rows_t<kKvQ5_0>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+  } else if (code == kKvIQ4_NL) {
+    load_rows_t<kKvIQ4_NL>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
   } else {
     load_rows_t<kKvQ5_1>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
   }

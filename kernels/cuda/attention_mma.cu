@@ -113,6 +113,9 @@ __device__ __forceinline__ void load_tile(int code, __half* dst, const uint8_t* 
     case kKvQ5_0:
       load_tile_t<kKvQ5_0, HD>(dst, base, row_bytes, off, hd, p0, p_end);
       break;
+    case kKvIQ4_NL:
+      load_tile_t<kKvIQ4_NL, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      break;
     default:
       load_tile_t<kKvQ5_1, HD>(dst, base, row_bytes, off, hd, p0, p_end);
       break;

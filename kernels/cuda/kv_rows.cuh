@@ -24,7 +24,8 @@ enum KvCode : int {
   kKvBF16 = 4,
   kKvQ4_1 = 5,
   kKvQ5_0 = 6,
-  kKvQ5_1 = 7
+  kKvQ5_1 = 7,
+  kKvIQ4_NL = 8
 };
 
 // One side (K or V) of a store: n_tokens source rows of `elems` floats, row t at src + t * stride.
@@ -167,6 +168,55 @@ __device__ __forceinline__ void kv_store_q4q5(const KvStoreSide& s, int64_t n_to
   }
 }
 
+// The index of the IQ4_NL table value nearest v: the count of midpoints of neighbours (exact in
+// float) below v, so v on a midpoint takes the lower index, as the CPU's iq4_nl_index.
+__device__ __forceinline__ int iq4nl_index(float v) {
+  int q = 0;
+#pragma unroll
+  for (int k = 0; k < 15; ++k) {
+    q += v > 0.5f * (dq::iq4nl_value(k) + dq::iq4nl_value(k + 1)) ? 1 : 0;
+  }
+  return q;
+}
+
+// IQ4_NL rows: one warp per block of 32, by the CPU's rule (kv_quant.cpp): d = max / -127 with
+// max the signed value of largest magnitude, q the nearest table value to x / d; d refined once
+// by least squares, sum(t[q] x) / sum(t[q]^2) (products exact in double, summed by the xor
+// butterfly the CPU replays), rounded to f16, and q picked again against it. Byte-identical to
+// the CPU.
+__device__ __forceinline__ void kv_store_iq4_nl(const KvStoreSide& s, int64_t n_tokens,
+                                                int64_t pos0) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t blocks_per_row = s.elems / 32;
+  const int64_t n_blocks = n_tokens * blocks_per_row;
+  for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
+    const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
+    const float x = s.src[t * s.stride + b * 32 + lane];
+    const float best = warp_signed_absmax(x, lane);
+    const float d0 = __fdiv_rn(best, -127.0f);
+    const float id0 = d0 != 0.0f ? __fdiv_rn(1.0f, d0) : 0.0f;
+    int q = iq4nl_index(__fmul_rn(x, id0));
+    const float tq = dq::iq4nl_value(static_cast<uint32_t>(q));
+    double sumqx = __dmul_rn(static_cast<double>(tq), static_cast<double>(x));
+    float sumq2 = __fmul_rn(tq, tq);  // integers below 2^24: exact in any order
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      sumqx = __dadd_rn(sumqx, __shfl_xor_sync(0xFFFFFFFFu, sumqx, m));
+      sumq2 = __fadd_rn(sumq2, __shfl_xor_sync(0xFFFFFFFFu, sumq2, m));
+    }
+    const float d1 =
+        d0 != 0.0f ? __double2float_rn(__ddiv_rn(sumqx, static_cast<double>(sumq2))) : 0.0f;
+    const __half dh = __float2half_rn(d1);
+    const float d = __half2float(dh);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    q = iq4nl_index(__fmul_rn(x, id));
+    const int hi = __shfl_down_sync(0xFFFFFFFFu, q, 16);
+    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * 18;
+    if (lane < 16) blk[2 + lane] = static_cast<uint8_t>(q | (hi << 4));
+    if (lane == 0) *reinterpret_cast<__half*>(blk) = dh;
+  }
+}
+
 // Stores n_tokens rows of one side at positions pos0.. with the encoder of its type; every
 // thread of a 1-D grid (of whole warps) takes part.
 __device__ __forceinline__ void kv_store_rows(const KvStoreSide& s, int64_t n_tokens,
@@ -181,6 +231,8 @@ __device__ __forceinline__ void kv_store_rows(const KvStoreSide& s, int64_t n_to
     kv_store_q4q5<kKvQ5_0>(s, n_tokens, pos0);
   } else if (s.code == kKvQ5_1) {
     kv_store_q4q5<kKvQ5_1>(s, n_tokens, pos0);
+  } else if (s.code == kKvIQ4_NL) {
+    kv_store_iq4_nl(s, n_tokens, pos0);
   } else {
     kv_store_plain(s, n_tokens, pos0);
   }
@@ -203,6 +255,11 @@ __device__ __forceinline__ float kv_value(const uint8_t* row, int64_t idx) {
     return static_cast<float>(((j < 16 ? byte : byte >> 4) & 15) - 8) * dq::ld_f16(b);
   } else if constexpr (kCode == kKvBF16) {
     return __uint_as_float(dq::ld_u16(row + 2 * idx) << 16);
+  } else if constexpr (kCode == kKvIQ4_NL) {
+    const uint8_t* b = row + (idx / 32) * 18;
+    const int j = static_cast<int>(idx % 32);
+    const uint32_t byte = dq::ld_u8(b + 2 + (j & 15));
+    return dq::ld_f16(b) * dq::iq4nl_value(j < 16 ? byte : byte >> 4);
   } else {
     // Q4_1, Q5_0, Q5_1: the low nibble, the fifth bit from qh, then d, and m where affine.
     constexpr int kBlock = kCode == kKvQ4_1 ? 20 : kCode == kKvQ5_0 ? 22 : 24;
@@ -237,6 +294,8 @@ __device__ __forceinline__ float kv_value_of(int code, const uint8_t* row, int64
       return kv_value<kKvQ4_1>(row, idx);
     case kKvQ5_0:
       return kv_value<kKvQ5_0>(row, idx);
+    case kKvIQ4_NL:
+      return kv_value<kKvIQ4_NL>(row, idx);
     default:
       return kv_value<kKvQ5_1>(row, idx);
   }
@@ -261,10 +320,12 @@ inline int kv_code(GgmlType t, const char* what) {
       return kKvQ5_0;
     case GgmlType::Q5_1:
       return kKvQ5_1;
+    case GgmlType::IQ4_NL:
+      return kKvIQ4_NL;
     default:
-      throw Error(std::string(what) + ": KV cache type " +
-                  ggml_type_label(static_cast<uint32_t>(t)) +
-                  " is not supported on the GPU (f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1)");
+      throw Error(
+          std::string(what) + ": KV cache type " + ggml_type_label(static_cast<uint32_t>(t)) +
+          " is not supported on the GPU (f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, iq4_nl)");
   }
 }
 

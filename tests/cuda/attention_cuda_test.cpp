@@ -1,6 +1,6 @@
 // kv_store (bytes equal the CPU cache's encodings) and attention (against a double-precision
-// reference over the cache decoded by cpu::dequantize_row), for F32/F16/Q8_0 caches, GQA, prefill
-// and long-context decode (the split + merge path).
+// reference over the cache decoded by cpu::dequantize_row), for every cache type (F32, F16, BF16,
+// Q8_0, Q5_x, Q4_x, IQ4_NL), GQA, prefill and long-context decode (the split + merge path).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -93,7 +93,7 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 
 constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0,
                    Q4 = GgmlType::Q4_0, BF = GgmlType::BF16, Q41 = GgmlType::Q4_1,
-                   Q50 = GgmlType::Q5_0, Q51 = GgmlType::Q5_1;
+                   Q50 = GgmlType::Q5_0, Q51 = GgmlType::Q5_1, NL = GgmlType::IQ4_NL;
 
 class AttentionCudaTest : public ::testing::TestWithParam<Param> {};
 
@@ -210,9 +210,10 @@ constexpr Shape kGqa4x2{4, 2, 64, 64}, kGqa16x2{16, 2, 128, 128}, kHead256{8, 1,
 
 std::vector<Param> params() {
   std::vector<Param> out;
-  for (const auto& [kt, vt] : {std::pair{F32, F32}, std::pair{F16, F16}, std::pair{Q8, Q8},
-                               std::pair{F16, Q8}, std::pair{Q4, Q4}, std::pair{Q4, Q8},
-                               std::pair{BF, BF}, std::pair{Q50, Q51}, std::pair{Q41, Q41}}) {
+  for (const auto& [kt, vt] :
+       {std::pair{F32, F32}, std::pair{F16, F16}, std::pair{Q8, Q8}, std::pair{F16, Q8},
+        std::pair{Q4, Q4}, std::pair{Q4, Q8}, std::pair{BF, BF}, std::pair{Q50, Q51},
+        std::pair{Q41, Q41}, std::pair{NL, NL}, std::pair{F16, NL}}) {
     for (const Shape& s : {kGqa4x2, kGqa16x2}) {
       out.push_back({kt, vt, s, 7, 5});     // prefill after a short history
       out.push_back({kt, vt, s, 1, 2999});  // decode, 3000 positions: split + merge
@@ -231,7 +232,7 @@ std::vector<Param> params() {
   // head per KV head, and depths to 40k (a chat's next turn), splits and the merge included.
   for (const auto& [kt, vt] :
        {std::pair{F16, F16}, std::pair{Q8, Q8}, std::pair{Q4, Q4}, std::pair{F16, Q8},
-        std::pair{BF, BF}, std::pair{Q50, Q51}, std::pair{Q41, Q41}}) {
+        std::pair{BF, BF}, std::pair{Q50, Q51}, std::pair{Q41, Q41}, std::pair{NL, NL}}) {
     out.push_back({kt, vt, kGqa16x2, 77, 1000, true});
   }
   out.push_back({F16, F16, kHead256, 33, 5, true});
@@ -274,7 +275,8 @@ TEST(AttentionCuda, StridedSourcesStoreTheSameBytes) {
   for (const auto& [kt, vt] :
        {std::pair{GgmlType::F32, GgmlType::F16}, std::pair{GgmlType::Q8_0, GgmlType::F32},
         std::pair{GgmlType::F16, GgmlType::Q8_0}, std::pair{GgmlType::Q4_0, GgmlType::Q4_0},
-        std::pair{GgmlType::BF16, GgmlType::Q4_1}, std::pair{GgmlType::Q5_0, GgmlType::Q5_1}}) {
+        std::pair{GgmlType::BF16, GgmlType::Q4_1}, std::pair{GgmlType::Q5_0, GgmlType::Q5_1},
+        std::pair{GgmlType::IQ4_NL, GgmlType::F16}}) {
     Cache a = make_cache(kt, vt, s, 16), b = make_cache(kt, vt, s, 16);
     const int64_t ke = a.kv.k_elems, ve = a.kv.v_elems, q = s.n_head * s.hd_k;
     const int64_t stride = q + ke + ve;
@@ -321,8 +323,8 @@ TEST(AttentionCuda, RejectsBadArguments) {
   test::expect_error([&] { attention(kv, nullptr, 256, 1, 0, 4, 2, 64, 64, 0.1f, f, nullptr); },
                      "null");
   DeviceKvLayer nl = kv;  // a 4-bit type the cache does not offer
-  nl.k_type = GgmlType::IQ4_NL;
-  nl.k_row_bytes = 18 * 4;
+  nl.k_type = GgmlType::MXFP4;
+  nl.k_row_bytes = 17 * 4;
   test::expect_error([&] { kv_store(nl, f, f, 1, 0, nullptr); }, "not supported on the GPU");
   DeviceKvLayer wide = kv;
   wide.k_elems = wide.v_elems = 2 * 512;

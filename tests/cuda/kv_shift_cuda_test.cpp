@@ -96,8 +96,8 @@ void shift_and_compare(const model::ModelConfig& cfg, const model::KvConfig& kv,
 TEST(KvShiftCuda, MatchesTheCpuShiftByteForByte) {
   MOE_REQUIRE_GPU();
   std::mt19937 rng(std::random_device{}());
-  const KvType types[] = {KvType::F32,  KvType::F16,  KvType::BF16, KvType::Q8_0,
-                          KvType::Q5_0, KvType::Q5_1, KvType::Q4_0, KvType::Q4_1};
+  const KvType types[] = {KvType::F32,  KvType::F16,  KvType::BF16, KvType::Q8_0,  KvType::Q5_0,
+                          KvType::Q5_1, KvType::Q4_0, KvType::Q4_1, KvType::IQ4_NL};
   // Head 128 (K rotated in blocks of 128, V of 64), whole RoPE, scratch for 4 of 13 rows; head
   // 64, RoPE over half the head, scratch bigger than n_discard; n_keep 0.
   const Shape shapes[] = {
@@ -138,9 +138,9 @@ TEST(KvShiftCuda, RefusesBadArguments) {
   DeviceKvLayer rotated = kv;
   rotated.k_rot = 96;
   test::expect_error([&] { shift(rotated, 10, 2, 4, 64, 1024); }, "Hadamard block");
-  DeviceKvLayer iq4 = kv;
-  iq4.k_type = GgmlType::IQ4_NL;
-  test::expect_error([&] { shift(iq4, 10, 2, 4, 64, 1024); }, "not supported on the GPU");
+  DeviceKvLayer mxfp4 = kv;  // a 4-bit type the cache does not offer
+  mxfp4.k_type = GgmlType::MXFP4;
+  test::expect_error([&] { shift(mxfp4, 10, 2, 4, 64, 1024); }, "not supported on the GPU");
 }
 
 }  // namespace

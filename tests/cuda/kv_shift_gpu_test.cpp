@@ -72,7 +72,8 @@ TEST(KvShiftGpu, MatchesTheCpuShiftOfTheSameRows) {
   for (const KvConfig& kv :
        {KvConfig::uniform(KvType::F16, KvType::F16), KvConfig::uniform(KvType::BF16, KvType::Q8_0),
         KvConfig::uniform(KvType::Q4_0, KvType::Q4_0), q4_plain,
-        KvConfig::uniform(KvType::Q5_1, KvType::Q4_1)}) {
+        KvConfig::uniform(KvType::Q5_1, KvType::Q4_1),
+        KvConfig::uniform(KvType::IQ4_NL, KvType::IQ4_NL)}) {
     SCOPED_TRACE(std::string(model::kv_type_name(kv.k)) + " K, " +
                  std::string(model::kv_type_name(kv.v)) + " V" + (kv.rotate ? ", rotated" : ""));
     KvCache seq = gpu.make_cache(n_ctx, kv), ref = gpu.make_cache(n_ctx, kv);

@@ -55,7 +55,7 @@ inline GpuOptions options(const Placement& p) {
 // The cache configurations the GPU forwards are checked in against the CPU path (which
 // tests/model/golden_kv_test.cpp checks against llama.cpp): f16, q8_0 and q4_0 rotated (the
 // default), q4_0 not rotated, and the reference user's -ctk q4_0 -ctv q4_0 -ctv-first q8_0,1
-// -ctk-last f16,1 shape of per-layer types.
+// -ctk-last f16,1 shape of per-layer types; bf16, q5_x, q4_1 and iq4_nl.
 struct KvCase {
   const char* name;
   KvConfig kv;
@@ -73,7 +73,8 @@ inline std::vector<KvCase> kv_cases() {
           {"q4_0, q8_0 V first, f16 K last", mixed},
           {"bf16", KvConfig::uniform(KvType::BF16, KvType::BF16)},
           {"q5_0 K, q5_1 V", KvConfig::uniform(KvType::Q5_0, KvType::Q5_1)},
-          {"q4_1", KvConfig::uniform(KvType::Q4_1, KvType::Q4_1)}};
+          {"q4_1", KvConfig::uniform(KvType::Q4_1, KvType::Q4_1)},
+          {"iq4_nl", KvConfig::uniform(KvType::IQ4_NL, KvType::IQ4_NL)}};
 }
 
 // The CPU experts, throwing at one layer when told to: a CPU share that fails mid-forward.

@@ -1,14 +1,17 @@
-// KV cache types (f16/q8_0/q4_0 close to f32), context overflow, and the cache's own bookkeeping.
+// KV cache types (f16/q8_0/q4_0/iq4_nl close to f32), context overflow, the CPU attention over an
+// iq4_nl cache, and the cache's own bookkeeping.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "coordinator/model/attention.h"
 #include "coordinator/model/forced_routing.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
@@ -54,7 +57,8 @@ TEST(KvCache, QuantizedTypesStayCloseToF32) {
        {T{KvType::F16, KvType::F16, 0.05, 0.01}, T{KvType::Q8_0, KvType::Q8_0, 0.3, 0.05},
         T{KvType::Q4_0, KvType::Q4_0, 2.0, 0.4}, T{KvType::F16, KvType::Q8_0, 0.3, 0.05},
         T{KvType::BF16, KvType::BF16, 0.3, 0.05}, T{KvType::Q5_0, KvType::Q5_1, 1.0, 0.2},
-        T{KvType::Q4_1, KvType::Q4_1, 2.0, 0.4}}) {
+        T{KvType::Q4_1, KvType::Q4_1, 2.0, 0.4}, T{KvType::IQ4_NL, KvType::IQ4_NL, 2.0, 0.4},
+        T{KvType::F16, KvType::IQ4_NL, 2.0, 0.4}}) {
     const std::vector<float> got = run_with_cache(*model, dir, t.k, t.v);
     ASSERT_EQ(got.size(), base.size());
     double mx = 0, ss = 0;
@@ -152,10 +156,12 @@ TEST(KvCache, WithoutHostStorageCountsPositionsOnly) {
 }
 
 TEST(KvCache, TypeNames) {
-  for (const char* n : {"f32", "f16", "bf16", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1"}) {
+  for (const char* n : {"f32", "f16", "bf16", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1", "iq4_nl"}) {
     EXPECT_EQ(kv_type_name(parse_kv_type(n)), n);
   }
-  EXPECT_THROW(parse_kv_type("iq4_nl"), moe::Error);
+  EXPECT_EQ(kv_ggml_type(KvType::IQ4_NL), moe::GgmlType::IQ4_NL);
+  EXPECT_TRUE(kv_type_quantized(KvType::IQ4_NL));
+  EXPECT_THROW(parse_kv_type("iq4_xs"), moe::Error);
   EXPECT_THROW(parse_kv_type("F16"), moe::Error);
 }
 
@@ -170,7 +176,7 @@ TEST(KvCache, StoresAndReadsBackEveryType) {
     v[i] = std::cos(static_cast<float>(i) * 0.11f) * 2;
   }
   for (KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::Q5_0, KvType::Q5_1,
-                   KvType::Q4_0, KvType::Q4_1}) {
+                   KvType::Q4_0, KvType::Q4_1, KvType::IQ4_NL}) {
     KvCache c(cfg, 4, t, t);
     c.store(1, 3, k.data(), v.data());
     // Quantized rows are stored rotated (64-value blocks at this head size) and read as stored.
@@ -181,7 +187,7 @@ TEST(KvCache, StoresAndReadsBackEveryType) {
     if (c.v_rotation(1)) moe::cpu::hadamard_blocks(want_v.data(), 128, c.v_rotation(1));
     c.read_k(1, 3, 1, out.data());
     // Bounds relative to the row's largest value: q8_0 rounds to amax/127 steps, 5-bit types to
-    // about amax/16, 4-bit ones to about amax/8.
+    // about amax/16, 4-bit ones to about amax/8 (iq4_nl: at most 14.5 of its amax/127 steps).
     const auto bound = [&](const std::vector<float>& want) {
       float amax = 0;
       for (float x : want) amax = std::max(amax, std::fabs(x));
@@ -206,6 +212,61 @@ TEST(KvCache, StoresAndReadsBackEveryType) {
     c.read_v(1, 3, 1, out.data());
     for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(out[i], want_v[i], tol_v) << kv_type_name(t);
     EXPECT_THROW(c.store(0, 4, k.data(), v.data()), moe::Error);
+  }
+}
+
+// The CPU attention over an iq4_nl cache equals, bit for bit, the attention over an f32 cache
+// holding that cache's decoded rows (the query rotated and the output rotated back as the
+// attention does for a rotated cache), for a decode step and a prompt batch (the block path), and
+// stays near the attention over the unquantized rows.
+TEST(KvCache, Iq4NlAttentionMatchesItsDecodedRows) {
+  ModelConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_head_kv = {2};
+  cfg.head_dim_k = cfg.head_dim_v = 64;
+  const AttentionShape s{4, 2, 64, 64, 0.125f};
+  constexpr int64_t kCtx = 48, kRow = 128;
+  std::mt19937 rng(4242);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  moe::cpu::ThreadPool pool(2);
+  AttentionScratch scratch;
+  for (const bool rotate : {false, true}) {
+    SCOPED_TRACE(rotate ? "rotated" : "not rotated");
+    KvConfig kv = KvConfig::uniform(KvType::IQ4_NL, KvType::IQ4_NL);
+    kv.rotate = rotate;
+    KvCache q4(cfg, kCtx, kv), decoded(cfg, kCtx, KvType::F32, KvType::F32),
+        raw(cfg, kCtx, KvType::F32, KvType::F32);
+    EXPECT_EQ(q4.k_rotation(0), rotate ? 64 : 0);
+    EXPECT_EQ(q4.bytes(), 2u * kCtx * (kRow / 32) * 18);
+    std::vector<float> k(kRow), v(kRow), dk(kRow), dv(kRow);
+    for (int64_t p = 0; p < kCtx; ++p) {
+      for (float& x : k) x = normal(rng);
+      for (float& x : v) x = normal(rng);
+      q4.store(0, p, k.data(), v.data());
+      raw.store(0, p, k.data(), v.data());
+      q4.read_k(0, p, 1, dk.data());
+      q4.read_v(0, p, 1, dv.data());
+      decoded.store(0, p, dk.data(), dv.data());
+    }
+    for (const auto& [pos0, n_tokens] : {std::pair<int64_t, int64_t>{47, 1}, {8, 40}}) {
+      SCOPED_TRACE("pos0 " + std::to_string(pos0) + ", " + std::to_string(n_tokens) + " tokens");
+      std::vector<float> q(static_cast<size_t>(n_tokens * 4 * 64));
+      for (float& x : q) x = normal(rng);
+      std::vector<float> got(static_cast<size_t>(n_tokens * 4 * 64)), want(got.size()),
+          exact(got.size());
+      attention(s, q.data(), n_tokens, pos0, q4, 0, got.data(), pool, scratch);
+      attention(s, q.data(), n_tokens, pos0, raw, 0, exact.data(), pool, scratch);
+      std::vector<float> qr = q;
+      if (rotate) moe::cpu::hadamard_blocks(qr.data(), static_cast<int64_t>(qr.size()), 64);
+      attention(s, qr.data(), n_tokens, pos0, decoded, 0, want.data(), pool, scratch);
+      if (rotate) moe::cpu::hadamard_blocks(want.data(), static_cast<int64_t>(want.size()), 64);
+      EXPECT_EQ(got, want);
+      double mx = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        mx = std::max(mx, std::fabs(static_cast<double>(got[i]) - exact[i]));
+      EXPECT_GT(mx, 0.0);
+      EXPECT_LT(mx, 0.5);
+    }
   }
 }
 
@@ -246,7 +307,7 @@ TEST(KvCache, PerLayerTypesCountAttentionLayersOnly) {
 }
 
 TEST(KvCache, PerLayerOverrideSpellingsAreChecked) {
-  for (const char* bad : {"q8_0", "q8_0,", "q8_0,-1", "q8_0,x", "q8_0,4x", "iq4_nl,4", ",4"}) {
+  for (const char* bad : {"q8_0", "q8_0,", "q8_0,-1", "q8_0,x", "q8_0,4x", "iq4_xs,4", ",4"}) {
     try {
       (void)KvConfig::parse_override(bad, "-ctv-first");
       ADD_FAILURE() << bad;

@@ -81,7 +81,7 @@ TEST(KvShift, MovedRowsMatchAStoreAtTheirNewPosition) {
   std::mt19937 rng(7);
   const int64_t n_past = 30;
   for (const KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::Q5_0,
-                         KvType::Q5_1, KvType::Q4_0, KvType::Q4_1}) {
+                         KvType::Q5_1, KvType::Q4_0, KvType::Q4_1, KvType::IQ4_NL}) {
     for (const bool rotate : {true, false}) {
       SCOPED_TRACE(std::string(kv_type_name(t)) + (rotate ? " rotated" : ""));
       KvConfig kv = KvConfig::uniform(t, t);

@@ -189,7 +189,7 @@ Result run_tool(const std::string& args) {
 TEST(MoeRun, UsageAndErrors) {
   EXPECT_EQ(run_tool("").rc, 2);
   EXPECT_EQ(run_tool("--bogus").rc, 2);
-  EXPECT_EQ(run_tool("-m x.gguf --tokens-in t -ctk iq4_nl").rc, 2);
+  EXPECT_EQ(run_tool("-m x.gguf --tokens-in t -ctk iq4_xs").rc, 2);
   const Result r = run_tool("-m /nonexistent.gguf --tokens-in /nonexistent.i32");
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(r.err.rfind("moe-run: error: ", 0), 0u) << r.err;
