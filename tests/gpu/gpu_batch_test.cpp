@@ -34,10 +34,6 @@ using moe::gpu::Qwen3MoeGpu;
 using moe::test::Diff;
 using namespace moe::test::gpu;
 
-fs::path model_path(const std::string& q) {
-  return moe::test::testdata_dir() / "models" / ("tiny-qwen3moe-sv-" + q + ".gguf");
-}
-
 // Continuous batching (forward_batch): three sequences at different points, one decoding a token
 // (A, 7 tokens in), one fresh with a 6-token prompt (B) and one with a 4-token chunk (C, 3 in),
 // evaluated as one batch give each sequence's last-token logits of separate forwards, and the
@@ -53,8 +49,8 @@ TEST(GpuModel, BatchedSequencesMatchSeparateForwards) {
     bool qwen35;
   };
   const fs::path q35 = moe::test::qwen35moe_testdata_dir() / "models";
-  const std::vector<Model> models = {{model_path("F16"), false},
-                                     {model_path("Q4_K_M"), false},
+  const std::vector<Model> models = {{qwen3moe_model_path("F16"), false},
+                                     {qwen3moe_model_path("Q4_K_M"), false},
                                      {q35 / "tiny-qwen35moe-sv-Q4_K_M.gguf", true}};
   GpuOptions pooled = options(kPlacements[1]);
   pooled.moe_resident_mib = 1;

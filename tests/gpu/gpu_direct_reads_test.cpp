@@ -27,14 +27,10 @@ using moe::gpu::Qwen3MoeGpu;
 using moe::test::Diff;
 using namespace moe::test::gpu;
 
-fs::path model_path(const std::string& q) {
-  return moe::test::testdata_dir() / "models" / ("tiny-qwen3moe-sv-" + q + ".gguf");
-}
-
 // A shared model present (scripts/gpu-check carries a subset of them).
 std::string any_model() {
   for (const std::string q : {"Q4_K_M", "F16", "Q8_0", "Q6_K", "Q4_0"}) {
-    if (fs::exists(model_path(q))) return q;
+    if (fs::exists(qwen3moe_model_path(q))) return q;
   }
   throw std::runtime_error("no tiny-qwen3moe-sv model in " + moe::test::testdata_dir().string());
 }
@@ -50,9 +46,10 @@ TEST(GpuModel, DirectReadsMatchResidentExperts) {
   moe::cpu::ThreadPool pool(2);
   GpuOptions all = options(kPlacements[1]);  // -cmoe, no pool
   all.moe_direct_share = 1.0;
-  const auto mapped = moe::gguf::GgufFile::open(model_path(q).string());
+  const auto mapped = moe::gguf::GgufFile::open(qwen3moe_model_path(q).string());
   moe::test::expect_error([&] { Qwen3MoeGpu m(mapped, pool, nullptr, all); }, "-mmp 0");
-  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  const auto file =
+      moe::gguf::GgufFile::open(qwen3moe_model_path(q).string(), moe::gguf::LoadMode::Loaded);
   GpuOptions host = all;
   host.moe_host_routing = true;
   moe::test::expect_error([&] { Qwen3MoeGpu m(file, pool, nullptr, host); }, "routed on the GPU");

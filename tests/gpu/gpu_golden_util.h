@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,11 +17,17 @@
 #include "coordinator/gpu/gpu_options.h"
 #include "coordinator/model/model_arch.h"
 #include "experts/expert_executor.h"
+#include "tests/testdata.h"
 
 namespace moe::test::gpu {
 
 using moe::gpu::GpuOptions;
 using namespace moe::model;
+
+// A shared tiny qwen3moe model of quantization q ("F16", "Q4_K_M", ...).
+inline std::filesystem::path qwen3moe_model_path(const std::string& q) {
+  return moe::test::testdata_dir() / "models" / ("tiny-qwen3moe-sv-" + q + ".gguf");
+}
 
 inline std::string no_device_reason() {
   int n = 0;

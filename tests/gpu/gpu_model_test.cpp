@@ -94,14 +94,10 @@ INSTANTIATE_TEST_SUITE_P(AllModels, GpuGolden, ::testing::ValuesIn(kModels), [](
   return s;
 });
 
-fs::path model_path(const std::string& q) {
-  return moe::test::testdata_dir() / "models" / ("tiny-qwen3moe-sv-" + q + ".gguf");
-}
-
 // The first shared model present (gpu-check carries a subset per call).
 std::string any_model() {
   for (const std::string& q : kModels) {
-    if (fs::exists(model_path(q))) return q;
+    if (fs::exists(qwen3moe_model_path(q))) return q;
   }
   throw std::runtime_error("no tiny-qwen3moe-sv model in " + moe::test::testdata_dir().string());
 }
@@ -110,7 +106,7 @@ std::string any_model() {
 TEST(GpuModel, QuantizedKvCacheMatchesCpu) {
   REQUIRE_GPU();
   const std::string q = any_model();
-  const auto file = moe::gguf::GgufFile::open(model_path(q).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(q).string());
   moe::cpu::ThreadPool pool(2);
   auto cpu = create_model_arch(file, pool);
   Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
@@ -139,7 +135,7 @@ TEST(GpuModel, QuantizedKvCacheMatchesCpu) {
 // A health probe between two steps of a running sequence must not disturb it.
 TEST(GpuModel, InterleavedSequencesKeepTheirState) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
   moe::cpu::ThreadPool pool(2);
   Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -171,7 +167,7 @@ TEST(GpuModel, InterleavedSequencesKeepTheirState) {
 // read the position on the device). A probe's sequence in between must not take its slot.
 TEST(GpuModel, RewoundSequenceMatchesAFreshOne) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
   moe::cpu::ThreadPool pool(2);
   std::vector<int32_t> prompt;
   for (int32_t i = 0; i < 24; ++i) prompt.push_back(100 + 11 * i);
@@ -221,7 +217,7 @@ TEST(GpuModel, RewoundSequenceMatchesAFreshOne) {
 // host routes. Same logits, greedy tokens and experts either way.
 TEST(GpuModel, DeviceRoutingMatchesHostRouting) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
   moe::cpu::ThreadPool pool(2);
   Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
   const std::vector<int32_t> prompt = {785, 272, 391, 275, 278, 315, 434, 81};
@@ -251,7 +247,7 @@ TEST(GpuModel, DeviceRoutingMatchesHostRouting) {
 // health probe's sequence interleaved (one graph per sequence slot).
 TEST(GpuModel, CudaGraphDecodeMatchesKernelByKernel) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
   moe::cpu::ThreadPool pool(2);
   GpuOptions plain_opt = options(kPlacements[0]);
   plain_opt.cuda_graphs = false;
@@ -298,12 +294,13 @@ TEST(GpuModel, StreamedMissesMatchResidentExperts) {
   REQUIRE_GPU();
   const std::string q = any_model();
   // Streaming page-locks the model, which must be read into memory, not mapped.
-  const auto mapped = moe::gguf::GgufFile::open(model_path(q).string());
+  const auto mapped = moe::gguf::GgufFile::open(qwen3moe_model_path(q).string());
   moe::cpu::ThreadPool pool(2);
   GpuOptions opt = options(kPlacements[1]);
   opt.moe_stream_share = 0.5;
   moe::test::expect_error([&] { Qwen3MoeGpu m(mapped, pool, nullptr, opt); }, "-mmp 0");
-  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  const auto file =
+      moe::gguf::GgufFile::open(qwen3moe_model_path(q).string(), moe::gguf::LoadMode::Loaded);
   const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / "raw";
   const auto one_by_one = [&](ModelArch& m) {
     const auto prompt = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
@@ -370,7 +367,8 @@ TEST(GpuModel, StreamedMissesMatchResidentExperts) {
 TEST(GpuModel, AdmittedMissesJoinThePoolInBothGroupings) {
   REQUIRE_GPU();
   const std::string q = any_model();
-  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  const auto file =
+      moe::gguf::GgufFile::open(qwen3moe_model_path(q).string(), moe::gguf::LoadMode::Loaded);
   moe::cpu::ThreadPool pool(2);
   const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / "raw";
   const auto prompt = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
@@ -420,8 +418,8 @@ TEST(GpuModel, CalibrationIsMeasuredOnceThenCached) {
   const fs::path cache = fs::temp_directory_path() / ("moe_gpu_cal_" + std::to_string(getpid()));
   fs::remove_all(cache);
   ASSERT_EQ(setenv("MOE_CACHE_DIR", cache.c_str(), 1), 0);
-  const auto file =
-      moe::gguf::GgufFile::open(model_path(any_model()).string(), moe::gguf::LoadMode::Loaded);
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string(),
+                                              moe::gguf::LoadMode::Loaded);
   moe::cpu::ThreadPool pool(2);
   GpuOptions opt = options(kPlacements[1]);
   opt.moe_stream_share = -1;  // auto: the profiler starts from the calibration
@@ -459,7 +457,8 @@ TEST(GpuModel, CalibrationIsMeasuredOnceThenCached) {
 TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   REQUIRE_GPU();
   const std::string q = any_model();
-  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  const auto file =
+      moe::gguf::GgufFile::open(qwen3moe_model_path(q).string(), moe::gguf::LoadMode::Loaded);
   moe::cpu::ThreadPool pool(2);
   const fs::path dir = moe::test::testdata_dir() / "golden" / ("tiny-qwen3moe-sv-" + q) / "raw";
   const auto prompt = moe::test::read_raw<int32_t>(dir / "prompt_tokens.i32");
@@ -546,7 +545,8 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
 TEST(GpuModel, PrefillCpuShareMatchesGoldens) {
   REQUIRE_GPU();
   const std::string q = any_model();
-  const auto file = moe::gguf::GgufFile::open(model_path(q).string(), moe::gguf::LoadMode::Loaded);
+  const auto file =
+      moe::gguf::GgufFile::open(qwen3moe_model_path(q).string(), moe::gguf::LoadMode::Loaded);
   moe::cpu::ThreadPool pool(2);
   auto cpu = create_model_arch(file, pool);
   const bool f16 = q == "F16";
@@ -588,7 +588,7 @@ TEST(GpuModel, PrefillCpuShareMatchesGoldens) {
 // mid-forward fails that forward with its error, without a hang, and the model stays usable.
 TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
   moe::cpu::ThreadPool pool(2);
   const std::vector<int32_t> prompt = {785, 272, 391, 275, 278, 315, 434, 81};
   GenerateOptions gen;
@@ -657,7 +657,7 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
 // profile of another model's shape is refused.
 TEST(GpuModel, RoutingProfileStartsThePoolWarm) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
   moe::cpu::ThreadPool pool(2);
   const fs::path prof = fs::temp_directory_path() / ("moe_gpu_profile_" + std::to_string(getpid()));
   fs::remove(prof);
@@ -705,7 +705,7 @@ TEST(GpuModel, RoutingProfileStartsThePoolWarm) {
 
 TEST(GpuModel, ClearErrors) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
   moe::cpu::ThreadPool pool(1);
   GpuOptions partial = options(kPlacements[0]);
   partial.n_gpu_layers = 2;
