@@ -6,7 +6,8 @@
 // unnormalized output acc). When the (query block × KV head) grid is too small to fill the GPU
 // (decode), the positions are split into ranges over grid.z and a merge kernel combines the
 // partial (m, l, acc) of each query. Prompt batches on sm_80+ take the tensor-core kernel of
-// attention_mma.cu instead, which shares the splits and the merge.
+// attention_mma.cu instead, and decode steps (at most 8 query rows per KV head) the register
+// kernel of attention_decode.cu; both share the splits and the merge.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "common/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_args.cuh"
+#include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dequant_device.cuh"
@@ -241,15 +243,37 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
 // One block per query: out = sum_z acc_z e^(m_z - M) / sum_z l_z e^(m_z - M), M = max_z m_z
 // (finite: position 0 is visible to every query and lies in split 0). A query's empty splits
 // (l = 0) are a suffix: the positions it sees are a prefix. Only the non-empty ones are read,
-// in order, so a graph's fixed grid of mostly empty slices merges to the same bits as an eager
-// launch of just the slices needed, and costs no more. The (m, l) pairs are loaded in parallel.
+// and every sum's order depends only on their count, so a graph's fixed grid of mostly empty
+// slices merges to the same bits as an eager launch of just the slices needed, and costs no more.
+// The max, the sum and the output's sum over slices are spread over the threads (a serial walk of
+// 256 slices per thread cost ~20 us at 32k positions), and a query's dims over blocks of 32.
 // (Merging in the last attention block to finish instead, behind a completion counter, was
 // slower: every one of a graph's ~500 mostly empty blocks then pays a fence and an atomic.)
-constexpr int kMergeThreads = 128;
+constexpr int kMergeThreads = 256;
+
+// The block's reduction of one value per thread (max or sum), the same order for any input.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    const float o = __shfl_xor_sync(0xFFFFFFFFu, v, m);
+    v = kMax ? fmaxf(v, o) : v + o;
+  }
+  __syncthreads();  // scratch is free (an earlier reduction's readers are done)
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kMergeThreads / 32; ++w) v = kMax ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
 __global__ void __launch_bounds__(kMergeThreads)
     attention_merge_kernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                            int n_split, int64_t n_q, int hd_v, float* __restrict__ out) {
   __shared__ float sm[kMaxSplits], sl[kMaxSplits], scale[kMaxSplits];
+  __shared__ float red[kMergeThreads];
+  __shared__ float scratch[kMergeThreads / 32];
   __shared__ int n_used;
   const int64_t qidx = blockIdx.x;
   const int tid = static_cast<int>(threadIdx.x);
@@ -263,16 +287,33 @@ __global__ void __launch_bounds__(kMergeThreads)
   }
   __syncthreads();
   const int n = n_used;
-  float mx = -INFINITY;
-  for (int z = 0; z < n; ++z) mx = fmaxf(mx, sm[z]);
-  for (int z = tid; z < n; z += kMergeThreads) scale[z] = expf(sm[z] - mx);
-  __syncthreads();
-  float sum = 0.0f;
-  for (int z = 0; z < n; ++z) sum += sl[z] * scale[z];
-  for (int d = tid; d < hd_v; d += kMergeThreads) {
-    float o = 0.0f;
+  float v = -INFINITY;
+  for (int z = tid; z < n; z += kMergeThreads) v = fmaxf(v, sm[z]);
+  const float mx = block_reduce<true>(v, scratch);
+  v = 0.0f;
+  for (int z = tid; z < n; z += kMergeThreads) {
+    scale[z] = expf(sm[z] - mx);
+    v += sl[z] * scale[z];
+  }
+  const float sum = block_reduce<false>(v, scratch);  // its barriers publish scale[]
+  // Warp w sums slices w, w + 8, ... of dim d (this block's 32 dims), in two chains.
+  const int warp = tid / 32, d = static_cast<int>(blockIdx.y) * 32 + tid % 32;
+  constexpr int kWarps = kMergeThreads / 32;
+  float o0 = 0.0f, o1 = 0.0f;
+  if (d < hd_v) {
+    int z = warp;
 #pragma unroll 4
-    for (int z = 0; z < n; ++z) o += part_acc[(z * n_q + qidx) * hd_v + d] * scale[z];
+    for (; z + kWarps < n; z += 2 * kWarps) {
+      o0 += part_acc[(z * n_q + qidx) * hd_v + d] * scale[z];
+      o1 += part_acc[((z + kWarps) * n_q + qidx) * hd_v + d] * scale[z + kWarps];
+    }
+    if (z < n) o0 += part_acc[(z * n_q + qidx) * hd_v + d] * scale[z];
+  }
+  red[tid] = o0 + o1;
+  __syncthreads();
+  if (warp == 0 && d < hd_v) {
+    float o = 0.0f;
+    for (int w = 0; w < kWarps; ++w) o += red[w * 32 + tid];
     out[qidx * hd_v + d] = o / sum;
   }
 }
@@ -508,6 +549,8 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
   const int64_t hd = std::max(head_dim_k, head_dim_v);
   if (mma) {
     launch_attention_mma(a, n_head_kv, plan.n_split, stream);
+  } else if (attention_decode_serves(a)) {
+    launch_attention_decode(a, n_head_kv, plan.n_split, stream);
   } else if (hd <= 32) {
     launch_attention_kernel<1, 32>(a, n_head_kv, plan.n_split, stream);
   } else if (hd <= 64) {
@@ -519,8 +562,9 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
   }
   if (plan.n_split > 1) {
     const int64_t n_q = n_tokens * n_head;
-    attention_merge_kernel<<<static_cast<unsigned>(n_q), kMergeThreads, 0, stream>>>(
-        a.part_acc, a.part_ml, plan.n_split, n_q, a.hd_v, out);
+    const dim3 grid(static_cast<unsigned>(n_q), static_cast<unsigned>((a.hd_v + 31) / 32));
+    attention_merge_kernel<<<grid, kMergeThreads, 0, stream>>>(a.part_acc, a.part_ml, plan.n_split,
+                                                               n_q, a.hd_v, out);
     MOE_CUDA_CHECK(cudaGetLastError());
   }
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/ggml_type.h"
 #include "kernels/cpu/random_blocks.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
@@ -392,6 +393,68 @@ void bench_attention(Bench& b) {
   }
 }
 
+// Decode attention deep in a chat: one query token against `pos + 1` cached positions, per model
+// shape and cache type. The caches rotate over copies beyond the L2 cache (`--rotate-mib`), as the
+// layers of a decode step do, and GB/s is the cache bytes read per launch against the copy ceiling.
+void bench_attention_depth(Bench& b) {
+  const Options& o = b.o;
+  struct Shape {
+    const char* name;
+    int64_t H, HK, hd;
+  };
+  const Shape shapes[] = {{"qwen3.6", 16, 2, 256}, {"qwen3-30b", 32, 4, 128}};
+  const int64_t n_ctx = 32768, tile_rows = 512;
+  for (const Shape& sh : shapes) {
+    for (const GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+      const int64_t elems = sh.HK * sh.hd;
+      // Random valid rows, tiled to the whole context on the host once.
+      std::vector<uint8_t> rows;
+      for (int64_t i = 0; i < tile_rows; ++i) {
+        const auto r = moe::test::random_row(t, elems, b.rng);
+        rows.insert(rows.end(), r.begin(), r.end());
+      }
+      const size_t row_bytes = rows.size() / static_cast<size_t>(tile_rows);
+      const size_t side = row_bytes * static_cast<size_t>(n_ctx);
+      const int copies = static_cast<int>(
+          std::max<int64_t>(1, ((o.rotate_mib << 20) + 2 * side - 1) / (2 * side)));
+      DeviceBuffer cache(2 * side * static_cast<size_t>(copies));
+      for (size_t off = 0; off < cache.size(); off += rows.size()) {
+        MOE_CUDA_CHECK(cudaMemcpy(cache.as<uint8_t>() + off, rows.data(),
+                                  std::min(rows.size(), cache.size() - off),
+                                  cudaMemcpyHostToDevice));
+      }
+      const int64_t S = (sh.H + 2 * sh.HK) * sh.hd;
+      const auto q_host = moe::test::random_floats(S, b.rng);
+      DeviceBuffer q(S * 4), out(sh.H * sh.hd * 4), pos(4);
+      MOE_CUDA_CHECK(cudaMemcpy(q.get(), q_host.data(), S * 4, cudaMemcpyHostToDevice));
+      const size_t ws_bytes = moe::cuda::attention_workspace_bytes(1, 0, sh.H, sh.HK, sh.hd, true);
+      DeviceBuffer ws(std::max<size_t>(ws_bytes, 4));
+      for (const int32_t p : {8191, 32767}) {
+        MOE_CUDA_CHECK(cudaMemcpy(pos.get(), &p, 4, cudaMemcpyHostToDevice));
+        const std::string name = std::string("attention ") + sh.name + " " +
+                                 moe::ggml_type_label(static_cast<uint32_t>(t)) + " at " +
+                                 std::to_string(p + 1);
+        report(name.c_str(),
+               time_per_launch(o,
+                               [&](cudaStream_t s, int i) {
+                                 moe::cuda::DeviceKvLayer kv{};
+                                 kv.k_type = kv.v_type = t;
+                                 kv.k_elems = kv.v_elems = elems;
+                                 kv.k_row_bytes = kv.v_row_bytes = row_bytes;
+                                 kv.n_ctx = n_ctx;
+                                 uint8_t* c = cache.as<uint8_t>() + (i % copies) * 2 * side;
+                                 kv.k = c;
+                                 kv.v = c + side;
+                                 moe::cuda::attention(kv, q.as<float>(), S, 1, p, sh.H, sh.HK,
+                                                      sh.hd, sh.hd, 0.0625f, out.as<float>(),
+                                                      ws.get(), ws_bytes, s, pos.as<int32_t>());
+                               }),
+               2.0 * static_cast<double>(row_bytes) * (p + 1), b.ceiling);
+      }
+    }
+  }
+}
+
 // The end of a routed layer: the fused combine + next norm, and the router's top-k kernel.
 void bench_combine_and_topk(Bench& b) {
   const Options& o = b.o;
@@ -437,6 +500,7 @@ int main(int argc, char** argv) {
     bench_router_and_head(b);
     bench_experts(b);
     bench_attention(b);
+    bench_attention_depth(b);
     bench_combine_and_topk(b);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe-bench-cuda-kernels: %s\n", e.what());

@@ -227,6 +227,17 @@ std::vector<Param> params() {
     out.push_back({Q4, Q4, s, 1, 2999});
   }
   out.push_back({F32, F32, kGqa4x2, 300, 40});  // a larger prefill: many query blocks
+  // The decode kernel (at most 8 query rows per KV head): qwen3.6's heads deep in a chat, lengths
+  // off the split and warp multiples, a few tokens at once with their causal mask, one row.
+  constexpr Shape kQwen36{16, 2, 256, 256};
+  out.push_back({Q4, Q4, kQwen36, 1, 40013});
+  out.push_back({F16, F16, kQwen36, 1, 32766});
+  out.push_back({Q8, Q8, kQwen36, 1, 8190});
+  out.push_back({F16, Q4, kGqa16x2, 1, 20001});
+  out.push_back({Q8, Q8, kGqa4x2, 3, 1000});               // 6 rows
+  out.push_back({F16, F16, kGqa4x2, 4, 3});                // 8 rows, fewer positions than warps
+  out.push_back({Q4, F16, Shape{2, 2, 128, 128}, 1, 77});  // one row per KV head
+  out.push_back({BF, Q50, kQwen36, 1, 5003});              // the out-of-line decoders
   // Prompt batches on tensor cores: every cache type, row blocks and position tiles cut short
   // (77 tokens × 8 heads = 9.6 blocks of 64 rows; 1000 + 77 positions), unequal head dims, one
   // head per KV head, and depths to 40k (a chat's next turn), splits and the merge included.
