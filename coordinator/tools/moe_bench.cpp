@@ -45,6 +45,7 @@ struct Args {
   int64_t n_prompt = 512, n_gen = 128;
   std::vector<int64_t> depths = {0};  // -d: tokens already in the cache before each test
   std::vector<int64_t> parallel;      // -npl: sequences decoded together (empty: one, as ever)
+  int64_t n_ctx = 0;                  // -c: the cache's length (0: what the tests need)
   int threads = 0;
   int reps = 5;
   std::string output = "md";
@@ -279,10 +280,19 @@ int run(const Args& a) {
     gpu.n_seq = *std::max_element(a.parallel.begin(), a.parallel.end());
     gpu.n_ctx = std::max<int64_t>(1, a.n_prompt) + a.n_gen;
   }
+  if (a.n_ctx > 0) {
+    if (a.n_ctx < gpu.n_ctx) {
+      throw moe::Error("-c " + std::to_string(a.n_ctx) + " is shorter than the " +
+                       std::to_string(gpu.n_ctx) + " positions the tests need");
+    }
+    gpu.n_ctx = a.n_ctx;
+  }
   gpu.kv = moe::tools::kv_config(a.kv);
   std::string placement;
   auto model = moe::gpu::create_model(file, pool, std::move(experts), gpu, &placement);
   std::fprintf(stderr, "moe-bench: %s\n", placement.c_str());
+  std::fprintf(stderr, "moe-bench: KV cache: %s\n",
+               KvCache(model->config(), gpu.n_ctx, gpu.kv, KvStorage::None).describe().c_str());
   const std::string backend = a.gpu.n_gpu_layers > 0 ? "CUDA" : "CPU";
   uint64_t bytes = 0, params = 0;
   for (const auto& t : file.tensors()) {
@@ -391,6 +401,10 @@ int main(int argc, char** argv) {
                  "tokens already in the cache before each test, as llama-bench (e.g. -d 0,8192)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("-c,--ctx-size", a.n_ctx,
+                 "the KV cache's length (default: what the deepest test needs), so the start-up "
+                 "line shows the VRAM a long context takes")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
   app.add_option("--n-parallel-list", a.parallel,
                  "-npl 1,2,4,8: sequences decoded together, as llama-batched-bench (each "
                  "evaluates -p tokens, then decodes -n)")

@@ -255,6 +255,29 @@ TEST(RunTool, BenchPrintsTableAndJson) {
   EXPECT_GT(d[3].at("median_ts").get<double>(), 0.0);
   EXPECT_NE(run(bench + " -d -5", true).rc, 0);
   EXPECT_NE(run(bench + " -ctv-first q8_0", true).rc, 0);
+  // -c sizes the cache beyond what the tests need, and the start-up line gives its layout and
+  // bytes at that length: a q4_0 cache is 18/64 of an f16 one (tiny preset: 8 KV rows of 128
+  // values per layer and side).
+  const auto kv_mib = [&](const std::string& type) {
+    const Proc p = run(quote(kBin + "/moe-bench") + " -m " + quote(model.string()) +
+                           " -p 0 -n 1 -r 1 -t 2 -c 65536 -ctk " + type + " -ctv " + type,
+                       true);
+    EXPECT_EQ(p.rc, 0) << p.out;
+    const size_t at = p.out.find("moe-bench: KV cache: ");
+    const size_t mib = p.out.find(" MiB for 65536 positions", at);
+    if (at == std::string::npos || mib == std::string::npos) {
+      ADD_FAILURE() << p.out;
+      return 0.0;
+    }
+    return std::stod(p.out.substr(p.out.rfind(' ', mib - 1) + 1));
+  };
+  const double f16_mib = kv_mib("f16"), q4_mib = kv_mib("q4_0");
+  EXPECT_GT(f16_mib, 0.0);
+  EXPECT_NEAR(q4_mib / f16_mib, 18.0 / 64.0, 0.01);
+  const Proc short_ctx = run(bench + " -c 8", true);
+  EXPECT_EQ(short_ctx.rc, 1) << short_ctx.out;
+  EXPECT_NE(short_ctx.out.find("-c 8 is shorter than the 20 positions"), std::string::npos)
+      << short_ctx.out;
   // --op-profile: a table of the CPU forward's ops per test, after the results.
   const Proc ops = run(bench + " --op-profile");
   ASSERT_EQ(ops.rc, 0) << ops.out;
