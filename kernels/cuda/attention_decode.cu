@@ -125,6 +125,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
   const int64_t split_len = split_length(pos0 + a.n_tokens, a.split_bound);
   const int64_t p_begin = static_cast<int64_t>(blockIdx.z) * split_len;
   const int64_t p_end = std::min(p_begin + split_len, pos0 + a.n_tokens);
+  if (p_begin >= p_end && gridDim.z > 1) {
+    // An empty slice (most of a graph's fixed grid at a short context): the merge reads only its
+    // (m, l), and only to see that it is empty.
+    for (int g = static_cast<int>(threadIdx.x); g < n_q; g += kDecodeWarps * 32) {
+      const int64_t qidx = (g / a.group) * a.n_head + hk * a.group + g % a.group;
+      const int64_t pi = static_cast<int64_t>(blockIdx.z) * a.n_tokens * a.n_head + qidx;
+      a.part_ml[2 * pi] = -INFINITY;
+      a.part_ml[2 * pi + 1] = 0.0f;
+    }
+    return;
+  }
   const int d0 = lane * DPL;
   const int64_t k_off = static_cast<int64_t>(hk) * a.hd_k + d0;
   const int64_t v_off = static_cast<int64_t>(hk) * a.hd_v + d0;
