@@ -161,52 +161,65 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
   }
 
   // Rows two positions ahead are in flight while one is computed (the loop is latency-bound).
+  // Three buffers taken in turn by a loop unrolled three times: rotating two buffers by copies
+  // made each copy wait for the load just issued, which left nothing in flight.
   const auto load = [&](int64_t pos, float(&kr)[DPL], float(&vr)[DPL]) {
     if (pos < p_end) {
       load_run<DPL>(a.k_code, a.k + pos * static_cast<int64_t>(a.k_row_bytes), k_off, k_valid, kr);
       load_run<DPL>(a.v_code, a.v + pos * static_cast<int64_t>(a.v_row_bytes), v_off, v_valid, vr);
     }
   };
-  float k0[DPL], v0[DPL], k1[DPL], v1[DPL];
-  int64_t p = p_begin + warp;
-  load(p, k0, v0);
-  load(p + kDecodeWarps, k1, v1);
-  for (; p < p_end; p += kDecodeWarps) {
-    float k2[DPL], v2[DPL];
-    load(p + 2 * kDecodeWarps, k2, v2);
+  const auto step = [&](int64_t pos, const float(&kr)[DPL], const float(&vr)[DPL]) {
     float s[NQ];
 #pragma unroll
     for (int g = 0; g < NQ; ++g) {
       float s0 = 0.0f, s1 = 0.0f;  // two chains halve the FMA latency
 #pragma unroll
       for (int i = 0; i < DPL; i += 2) {
-        s0 = fmaf(q[g][i], k0[i], s0);
-        s1 = fmaf(q[g][i + 1], k0[i + 1], s1);
+        s0 = fmaf(q[g][i], kr[i], s0);
+        s1 = fmaf(q[g][i + 1], kr[i + 1], s1);
       }
       s[g] = s0 + s1;
     }
     float sc = transposed_warp_sum<NQ>(s, lane);
-    sc = p < own_vis ? sc * a.scale : -INFINITY;
+    sc = pos < own_vis ? sc * a.scale : -INFINITY;
     const float m_new = fmaxf(m, sc);
     // Nothing visible yet for this row: leave it untouched (corr 1, p 0).
     const float corr = m_new == -INFINITY ? 1.0f : expf(m - m_new);
     const float pr = m_new == -INFINITY ? 0.0f : expf(sc - m_new);
     l = l * corr + pr;
     m = m_new;
+    // After the first positions a row's max rarely moves: skip the rescale when no row's did
+    // (a multiply by 1 is exact, so the result is the same).
+    if (__any_sync(0xFFFFFFFFu, corr != 1.0f)) {
+#pragma unroll
+      for (int g = 0; g < NQ; ++g) {
+        const float cg = __shfl_sync(0xFFFFFFFFu, corr, g << kShift);
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) acc[g][i] *= cg;
+      }
+    }
 #pragma unroll
     for (int g = 0; g < NQ; ++g) {
-      const float cg = __shfl_sync(0xFFFFFFFFu, corr, g << kShift);
       const float pg = __shfl_sync(0xFFFFFFFFu, pr, g << kShift);
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[g][i] = fmaf(pg, v0[i], acc[g][i] * cg);
+      for (int i = 0; i < DPL; ++i) acc[g][i] = fmaf(pg, vr[i], acc[g][i]);
     }
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) {
-      k0[i] = k1[i];
-      v0[i] = v1[i];
-      k1[i] = k2[i];
-      v1[i] = v2[i];
-    }
+  };
+  constexpr int W = kDecodeWarps;
+  float k0[DPL], v0[DPL], k1[DPL], v1[DPL], k2[DPL], v2[DPL];
+  int64_t p = p_begin + warp;
+  load(p, k0, v0);
+  load(p + W, k1, v1);
+  for (; p < p_end; p += 3 * W) {
+    load(p + 2 * W, k2, v2);
+    step(p, k0, v0);
+    if (p + W >= p_end) break;
+    load(p + 3 * W, k0, v0);
+    step(p + W, k1, v1);
+    if (p + 2 * W >= p_end) break;
+    load(p + 4 * W, k1, v1);
+    step(p + 2 * W, k2, v2);
   }
 
   // The warps' states, combined per query row: out = sum_w acc_w e^(m_w - M) / sum_w l_w e^(...).
