@@ -114,6 +114,8 @@ class KvCache {
   // The recurrent layers' state (read the committed buffers, write the others); throws
   // moe::Error for a layer without one. A cache without host storage has none.
   bool has_recurrent(int64_t layer) const { return rs_.has_layer(layer); }
+  // Whether the model has recurrent layers (whose state cannot be rewound by truncate()).
+  bool has_recurrent_state() const { return recurrent_; }
   RecurrentState::LayerView recurrent(int64_t layer) { return rs_.layer(layer); }
 
   // Marks n more positions as evaluated and commits the recurrent state they wrote (after a whole

@@ -1,0 +1,39 @@
+// Greedy decoding with n-gram drafts verified in one batch (speculative decoding, issue 33's
+// first step): the chosen tokens are those of generate() without drafts; the drafts only let
+// several of them come from one forward. After a verification the sequence state goes back to
+// the last accepted token: attention rows by truncation, a recurrent state (qwen35moe) by
+// restoring the checkpoint taken before the batch and evaluating the accepted tokens again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "coordinator/model/generation.h"
+#include "coordinator/model/ngram_draft.h"
+
+namespace moe::model {
+
+struct SpeculativeStats {
+  int64_t verifications = 0;  // batches with at least one drafted token
+  int64_t drafted = 0;        // drafted tokens verified
+  int64_t accepted = 0;       // of them, equal to the greedy choice
+  int64_t replays = 0;        // recurrent states restored and evaluated again
+};
+
+// Proposes the tokens that may follow `history` (the prompt and every token chosen so far);
+// an empty draft means one token is decoded alone.
+using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> history)>;
+
+// The n-gram lookup as a Drafter.
+Drafter ngram_drafter(const NgramDraftOptions& opt);
+
+// As generate() with greedy choice (opt.pick must be empty: sampled acceptance is not built
+// yet; moe::Error otherwise). Uses the cache's checkpoint when the model has recurrent layers
+// (it replaces any checkpoint the caller kept). `stats`, when given, counts the drafts.
+GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
+                                    std::span<const int32_t> prompt, const GenerateOptions& opt,
+                                    const Drafter& drafter, SpeculativeStats* stats = nullptr);
+
+}  // namespace moe::model
