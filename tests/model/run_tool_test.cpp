@@ -214,6 +214,31 @@ TEST(RunTool, UsageAndValueErrors) {
   EXPECT_NE(p.out.find("--moe-resident-grouping"), std::string::npos) << p.out;
 }
 
+// --spec-type ngram: greedy tokens with n-gram drafts verified in batches are the plain greedy
+// tokens; the flags are checked.
+TEST(RunTool, SpeculativeGreedyGivesTheSameTokens) {
+  const fs::path dir = tmp_dir();
+  const fs::path prompt = dir / "spec_prompt.i32";
+  std::vector<int32_t> ids;
+  for (int r = 0; r < 3; ++r) {
+    for (int32_t t : {11, 305, 42, 7, 1999, 64}) ids.push_back(t);
+  }
+  write_text(prompt, std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+  const std::string base =
+      moe_run() + " -t 2 --tokens-in " + quote(prompt.string()) + " --greedy 24 --tokens-out ";
+  const fs::path plain = dir / "plain.i32", spec = dir / "spec.i32";
+  ASSERT_EQ(run(base + quote(plain.string())).rc, 0);
+  const Proc p = run(base + quote(spec.string()) + " --spec-type ngram --draft-max 4", true);
+  ASSERT_EQ(p.rc, 0) << p.out;
+  EXPECT_NE(p.out.find("moe-run: speculative (n-gram): "), std::string::npos) << p.out;
+  EXPECT_EQ(read_text(spec), read_text(plain));
+  EXPECT_EQ(read_text(plain).size(), 24u * 4u);
+  EXPECT_EQ(run(moe_run() + " --tokens-in " + quote(prompt.string()) + " --spec-type ngram").rc, 2);
+  EXPECT_EQ(run(base + quote(spec.string()) + " --spec-type medusa").rc, 2);
+  EXPECT_EQ(run(base + quote(spec.string()) + " --spec-type ngram --spec-ngram-min 4").rc, 2);
+  EXPECT_EQ(run(base + quote(spec.string()) + " --spec-type ngram --draft-max 0").rc, 2);
+}
+
 TEST(RunTool, BenchPrintsTableAndJson) {
   const fs::path dir = tmp_dir();
   const fs::path model = dir / "synth.gguf";
