@@ -136,14 +136,22 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a, OpP
 
   std::vector<Result> results;
   // llama-bench's depth: the cache holds `depth` tokens (evaluated untimed, in batches of 512)
-  // before each timed repetition.
+  // before each timed repetition. As llama-bench does, the first fill at a depth is kept (a
+  // checkpoint, which a hybrid model's recurrent state needs) and later repetitions go back to it.
+  int64_t kept_depth = -1;
   const auto fill = [&](int64_t depth) {
+    if (depth == kept_depth && model.restore_checkpoint(cache)) return;
     cache.clear();
+    kept_depth = -1;
     std::vector<int32_t> chunk;
     for (int64_t done = 0; done < depth; done += static_cast<int64_t>(chunk.size())) {
       chunk.resize(static_cast<size_t>(std::min<int64_t>(512, depth - done)));
       for (auto& tok : chunk) tok = dist(rng);
       model.forward(chunk, cache, LogitsMode::Last, logits.data());
+    }
+    if (depth > 0) {
+      model.save_checkpoint(cache);
+      kept_depth = depth;
     }
   };
   const auto suffix = [](int64_t depth) {
