@@ -1,11 +1,14 @@
 // The decode-step attention kernel (attention_decode.cuh). A block owns one KV head and one slice
-// of the cache positions; its 4 warps take every 4th position of the slice. Lane l holds head
-// dims [l * DPL, l * DPL + DPL) of the K and V rows (the rows of the positions two ahead are in
-// flight while one is computed) and of every query row. Each position's NQ partial dot products
-// are summed across the warp by a transposed butterfly (NQ - 1 + 5 - log2 NQ shuffles instead of
-// 5 NQ), which leaves each lane the score of query lane >> (5 - log2 NQ); that lane's online
-// softmax step is broadcast to all lanes for the p·v update. The warps' (m, l, acc) are combined
-// through shared memory at the end, into the output or into the partials of attention.cu's merge.
+// of the cache positions; its 4 warps take every 4th position of the slice. Each warp streams its
+// positions' K and V head slices into its own ring of kStages shared-memory stages by cp.async, so
+// kStages - 1 positions are in flight while one is computed: the copies cannot be sunk towards
+// their use by the compiler, as register prefetches were, and cost no registers. Lane l then takes
+// head dims [l * DPL, l * DPL + DPL) of the K and V rows (and of every query row) from the stage.
+// Each position's NQ partial dot products are summed across the warp by a transposed butterfly
+// (NQ - 1 + 5 - log2 NQ shuffles instead of 5 NQ), which leaves each lane the score of query lane
+// >> (5 - log2 NQ); that lane's online softmax step is broadcast to all lanes for the p·v update.
+// The warps' (m, l, acc) are combined through shared memory at the end, into the output or into
+// the partials of attention.cu's merge.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +22,73 @@ namespace moe::cuda {
 namespace {
 
 constexpr int kDecodeWarps = 4;
+constexpr int kStages = 8;  // positions per warp in shared memory: kStages - 1 in flight
+
+// Bytes of n values of a cache type (n a multiple of 32 for the block types).
+__host__ __device__ inline int64_t kv_bytes(int code, int64_t n) {
+  switch (code) {
+    case kKvF32:
+      return 4 * n;
+    case kKvF16:
+    case kKvBF16:
+      return 2 * n;
+    case kKvQ8_0:
+      return n / 32 * 34;
+    case kKvQ4_1:
+      return n / 32 * 20;
+    case kKvQ5_0:
+      return n / 32 * 22;
+    case kKvQ5_1:
+      return n / 32 * 24;
+    default:  // Q4_0, IQ4_NL
+      return n / 32 * 18;
+  }
+}
+
+// A head slice's copy unit: the largest of 16, 8, 4 bytes dividing its size, its first head's
+// address and the row pitch (so every head of every row is aligned to it); 0 when none does.
+inline int copy_unit(const uint8_t* base, size_t row_bytes, int64_t slice_bytes) {
+  for (int u = 16; u >= 4; u /= 2) {
+    if (reinterpret_cast<uintptr_t>(base) % u == 0 && row_bytes % u == 0 && slice_bytes % u == 0) {
+      return u;
+    }
+  }
+  return 0;
+}
+
+__host__ __device__ constexpr int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// One unit of a head slice from global into shared memory, asynchronously (cp.async, sm_80+).
+__device__ __forceinline__ void copy_unit_async(uint8_t* dst, const uint8_t* src, int unit) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if (unit == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+  } else if (unit == 8) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+  }
+#else
+  for (int i = 0; i < unit; i += 4) {
+    *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
+  }
+#endif
+}
+
+__device__ __forceinline__ void copy_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most `kPending` of this thread's committed copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void copy_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
 
 // The other types, and runs cut by the head's end, element by element through an out-of-line
 // decoder: inlined, their decoders crowd the registers of the common types' loop, and an
@@ -112,11 +182,23 @@ __device__ __forceinline__ float transposed_warp_sum(float (&v)[NQ], int lane) {
   return s;
 }
 
+// How a warp copies its positions' head slices into its stages (bytes; units from copy_unit).
+struct SliceCopy {
+  int k_bytes, v_bytes;  // one head's K / V slice
+  int k_unit, v_unit;
+  int v_at;         // the V slice's offset in a stage (16-byte aligned)
+  int stage_bytes;  // a stage: K slice, V slice, each rounded up to 16 bytes
+};
+
 template <int DPL, int NQ>
-__global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(AttnArgs a) {
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    attention_decode_kernel(AttnArgs a, SliceCopy c) {
   constexpr int kShift = 5 - log2_rows<NQ>();  // lanes per query row after the reduction
-  __shared__ float s_acc[kDecodeWarps][NQ][32 * DPL];
-  __shared__ float s_m[kDecodeWarps][NQ], s_l[kDecodeWarps][NQ];
+  // The warps' stages while they walk the positions; then their states for the final combine.
+  extern __shared__ __align__(16) uint8_t smem[];
+  auto& s_acc = *reinterpret_cast<float(*)[kDecodeWarps][NQ][32 * DPL]>(smem);
+  auto& s_m = *reinterpret_cast<float(*)[kDecodeWarps][NQ]>(smem + sizeof(s_acc));
+  auto& s_l = *reinterpret_cast<float(*)[kDecodeWarps][NQ]>(smem + sizeof(s_acc) + sizeof(s_m));
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int hk = static_cast<int>(blockIdx.y);
   const int n_q = static_cast<int>(a.n_tokens) * a.group;  // <= NQ (attention_decode_serves)
@@ -137,8 +219,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     return;
   }
   const int d0 = lane * DPL;
-  const int64_t k_off = static_cast<int64_t>(hk) * a.hd_k + d0;
-  const int64_t v_off = static_cast<int64_t>(hk) * a.hd_v + d0;
   const int k_valid = a.hd_k - d0, v_valid = a.hd_v - d0;
 
   float q[NQ][DPL];
@@ -160,16 +240,32 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     for (int i = 0; i < DPL; ++i) acc[g][i] = 0.0f;
   }
 
-  // Rows two positions ahead are in flight while one is computed (the loop is latency-bound).
-  // Three buffers taken in turn by a loop unrolled three times: rotating two buffers by copies
-  // made each copy wait for the load just issued, which left nothing in flight.
-  const auto load = [&](int64_t pos, float(&kr)[DPL], float(&vr)[DPL]) {
+  constexpr int W = kDecodeWarps;
+  uint8_t* const ring = smem + static_cast<size_t>(warp) * kStages * c.stage_bytes;
+  const uint8_t* const k_head = a.k + static_cast<int64_t>(hk) * c.k_bytes;
+  const uint8_t* const v_head = a.v + static_cast<int64_t>(hk) * c.v_bytes;
+  const int k_units = c.k_bytes / c.k_unit, v_units = c.v_bytes / c.v_unit;
+  // Position pos's slices into stage `slot`; always one commit, so every lane counts the same
+  // groups (a position past the slice copies nothing).
+  const auto issue = [&](int64_t pos, int slot) {
     if (pos < p_end) {
-      load_run<DPL>(a.k_code, a.k + pos * static_cast<int64_t>(a.k_row_bytes), k_off, k_valid, kr);
-      load_run<DPL>(a.v_code, a.v + pos * static_cast<int64_t>(a.v_row_bytes), v_off, v_valid, vr);
+      uint8_t* st = ring + slot * c.stage_bytes;
+      const uint8_t* kr = k_head + pos * static_cast<int64_t>(a.k_row_bytes);
+      const uint8_t* vr = v_head + pos * static_cast<int64_t>(a.v_row_bytes);
+      for (int u = lane; u < k_units + v_units; u += 32) {
+        if (u < k_units) {
+          copy_unit_async(st + u * c.k_unit, kr + u * c.k_unit, c.k_unit);
+        } else {
+          const int uv = u - k_units;
+          copy_unit_async(st + c.v_at + uv * c.v_unit, vr + uv * c.v_unit, c.v_unit);
+        }
+      }
     }
+    copy_commit();
   };
-  const auto step = [&](int64_t pos, const float(&kr)[DPL], const float(&vr)[DPL]) {
+  const auto step = [&](int64_t pos, const uint8_t* st) {
+    float kr[DPL], vr[DPL];
+    load_run<DPL>(a.k_code, st, d0, k_valid, kr);
     float s[NQ];
 #pragma unroll
     for (int g = 0; g < NQ; ++g) {
@@ -181,6 +277,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
       }
       s[g] = s0 + s1;
     }
+    load_run<DPL>(a.v_code, st + c.v_at, d0, v_valid, vr);
     float sc = transposed_warp_sum<NQ>(s, lane);
     sc = pos < own_vis ? sc * a.scale : -INFINITY;
     const float m_new = fmaxf(m, sc);
@@ -206,21 +303,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
       for (int i = 0; i < DPL; ++i) acc[g][i] = fmaf(pg, vr[i], acc[g][i]);
     }
   };
-  constexpr int W = kDecodeWarps;
-  float k0[DPL], v0[DPL], k1[DPL], v1[DPL], k2[DPL], v2[DPL];
+  // The ring: positions p .. p + (kStages - 2) W in flight when p is computed. The loop bound is
+  // the same for the whole warp, so the copies, waits and shuffles are warp-uniform.
   int64_t p = p_begin + warp;
-  load(p, k0, v0);
-  load(p + W, k1, v1);
-  for (; p < p_end; p += 3 * W) {
-    load(p + 2 * W, k2, v2);
-    step(p, k0, v0);
-    if (p + W >= p_end) break;
-    load(p + 3 * W, k0, v0);
-    step(p + W, k1, v1);
-    if (p + 2 * W >= p_end) break;
-    load(p + 4 * W, k1, v1);
-    step(p + 2 * W, k2, v2);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(p + s * W, s);
+  for (int slot = 0; p < p_end; p += W, slot = slot + 1 == kStages ? 0 : slot + 1) {
+    // Into the stage computed last round (every lane is past it: the __syncwarp below).
+    issue(p + (kStages - 1) * W, slot == 0 ? kStages - 1 : slot - 1);
+    copy_wait<kStages - 1>();  // p's group is complete for this lane ...
+    __syncwarp();              // ... and for every lane, and visible to all
+    step(p, ring + slot * c.stage_bytes);
+    __syncwarp();
   }
+  copy_wait<0>();
+  __syncthreads();  // the stages become the states' space
 
   // The warps' states, combined per query row: out = sum_w acc_w e^(m_w - M) / sum_w l_w e^(...).
 #pragma unroll
@@ -261,27 +358,60 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
   }
 }
 
+// The slices' sizes and copy units (0 when a side cannot be copied by units: see serves()).
+SliceCopy slice_copy(const AttnArgs& a) {
+  SliceCopy c{};
+  c.k_bytes = static_cast<int>(kv_bytes(a.k_code, a.hd_k));
+  c.v_bytes = static_cast<int>(kv_bytes(a.v_code, a.hd_v));
+  c.k_unit = copy_unit(a.k, a.k_row_bytes, c.k_bytes);
+  c.v_unit = copy_unit(a.v, a.v_row_bytes, c.v_bytes);
+  c.v_at = static_cast<int>(round16(c.k_bytes));
+  c.stage_bytes = static_cast<int>(round16(c.k_bytes) + round16(c.v_bytes));
+  return c;
+}
+
+template <int DPL, int NQ>
+void launch_kernel(const AttnArgs& a, const SliceCopy& c, dim3 grid, cudaStream_t stream) {
+  const size_t states = sizeof(float) * kDecodeWarps * NQ * (32 * DPL + 2);
+  const size_t smem = std::max(states, static_cast<size_t>(kDecodeWarps) * kStages * c.stage_bytes);
+  if (smem > 48 * 1024) {  // f32 caches of wide heads: above the default dynamic limit
+    MOE_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<DPL, NQ>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+  }
+  attention_decode_kernel<DPL, NQ><<<grid, kDecodeWarps * 32, smem, stream>>>(a, c);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int DPL>
 void launch_rows(const AttnArgs& a, int64_t n_head_kv, int n_split, cudaStream_t stream) {
   const dim3 grid(1, static_cast<unsigned>(n_head_kv), static_cast<unsigned>(n_split));
+  const SliceCopy c = slice_copy(a);
   const int64_t n_q = a.n_tokens * a.group;
   if (n_q <= 1) {
-    attention_decode_kernel<DPL, 1><<<grid, kDecodeWarps * 32, 0, stream>>>(a);
+    launch_kernel<DPL, 1>(a, c, grid, stream);
   } else if (n_q <= 2) {
-    attention_decode_kernel<DPL, 2><<<grid, kDecodeWarps * 32, 0, stream>>>(a);
+    launch_kernel<DPL, 2>(a, c, grid, stream);
   } else if (n_q <= 4) {
-    attention_decode_kernel<DPL, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(a);
+    launch_kernel<DPL, 4>(a, c, grid, stream);
   } else {
-    attention_decode_kernel<DPL, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(a);
+    launch_kernel<DPL, 8>(a, c, grid, stream);
   }
-  MOE_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
 bool attention_decode_serves(const AttnArgs& a) {
   const int hd = std::max(a.hd_k, a.hd_v);
-  return a.n_tokens * a.group <= kDecodeMaxRows && hd > 32 && hd <= kMaxHeadDim;
+  // A block type's head slice must start on a block (head dims of whole blocks), and each side
+  // must split into copy units.
+  const auto whole_blocks = [](int code, int d) {
+    return code == kKvF32 || code == kKvF16 || code == kKvBF16 || d % 32 == 0;
+  };
+  const SliceCopy c = slice_copy(a);
+  return a.n_tokens * a.group <= kDecodeMaxRows && hd > 32 && hd <= kMaxHeadDim &&
+         whole_blocks(a.k_code, a.hd_k) && whole_blocks(a.v_code, a.hd_v) && c.k_unit > 0 &&
+         c.v_unit > 0;
 }
 
 void launch_attention_decode(const AttnArgs& a, int64_t n_head_kv, int n_split,
