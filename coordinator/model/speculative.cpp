@@ -14,24 +14,33 @@ Drafter ngram_drafter(const NgramDraftOptions& opt) {
 GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
                                     std::span<const int32_t> prompt, const GenerateOptions& opt,
                                     const Drafter& drafter, SpeculativeStats* stats) {
-  if (opt.pick) throw Error("speculative decoding: only greedy choice is supported");
   if (prompt.empty()) throw Error("generate: empty prompt");
   const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
   cache.check_room(static_cast<int64_t>(prompt.size()) + std::max<int64_t>(opt.n_steps - 1, 0));
+  // Called once per emitted token, on the row generate() would choose it from, in the same order:
+  // a sampler then draws exactly as without drafts.
+  const auto choose = [&](std::span<const float> r) { return opt.pick ? opt.pick(r) : argmax(r); };
   SpeculativeStats st;
   GenerateResult res;
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   std::vector<float> logits(n_vocab);
   model.forward(prompt, cache, LogitsMode::Last, logits.data(), opt.hooks);
-  // `row` holds the logits the next token is chosen from.
+  if (opt.n_steps <= 0) {
+    if (stats) *stats = st;
+    return res;
+  }
+  // `row` holds the logits `cur` was chosen from.
   std::vector<float> row = logits;
-  bool stop = false;
-  while (!stop && static_cast<int64_t>(res.tokens.size()) < opt.n_steps) {
-    const int32_t cur = argmax(row);
-    res.tokens.push_back(cur);
-    history.push_back(cur);
-    if (opt.keep_logits) res.logits.insert(res.logits.end(), row.begin(), row.end());
-    if (opt.on_token && !opt.on_token(cur)) break;
+  int32_t cur = choose(row);
+  // Records a chosen token; false when the caller stops after it.
+  const auto emit = [&](int32_t tok, std::span<const float> from) {
+    res.tokens.push_back(tok);
+    history.push_back(tok);
+    if (opt.keep_logits) res.logits.insert(res.logits.end(), from.begin(), from.end());
+    return !opt.on_token || opt.on_token(tok);
+  };
+  while (true) {
+    if (!emit(cur, row)) break;
     const auto left = opt.n_steps - static_cast<int64_t>(res.tokens.size());
     if (left == 0) break;
     // Draft no further than the tokens still to choose: the last one needs no evaluation.
@@ -47,37 +56,52 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
                   opt.hooks);
     if (d.empty()) {
       std::copy_n(logits.begin(), n_vocab, row.begin());
+      cur = choose(row);
       continue;
     }
     ++st.verifications;
     st.drafted += static_cast<int64_t>(d.size());
-    // Row i holds the choice after batch[i]; draft i stands while it equals that choice.
+    // Row i holds the distribution after batch[i]: the token chosen from it stands in for draft i
+    // when they agree (for a sampled choice this is the speculative-sampling rule for a drafter
+    // that proposes one token with certainty: accept with probability p(draft), else draw from
+    // the rest, i.e. draw from p), and is the next token when they do not.
     size_t a = 0;
-    while (a < d.size() && !stop) {
+    bool stop = false;
+    int32_t next = -1;
+    while (true) {
       const std::span<const float> ri(logits.data() + a * n_vocab, n_vocab);
-      if (argmax(ri) != d[a]) break;
-      res.tokens.push_back(d[a]);
-      history.push_back(d[a]);
-      if (opt.keep_logits) res.logits.insert(res.logits.end(), ri.begin(), ri.end());
+      const int32_t t = choose(ri);
+      if (a == d.size() || t != d[a]) {
+        next = t;
+        std::copy(ri.begin(), ri.end(), row.begin());
+        break;
+      }
       ++a;
-      if (opt.on_token && !opt.on_token(d[a - 1])) stop = true;
+      if (!emit(t, ri)) {
+        stop = true;
+        break;
+      }
     }
     st.accepted += static_cast<int64_t>(a);
-    std::copy_n(logits.begin() + static_cast<std::ptrdiff_t>(a * n_vocab), n_vocab, row.begin());
-    if (a == d.size()) continue;
-    // Back to cur and the accepted drafts: the rows after them were computed for rejected ones.
-    const int64_t keep = n_before + 1 + static_cast<int64_t>(a);
-    if (!rewind_by_checkpoint) {
-      cache.truncate(keep);
-      continue;
+    // Keep the batch's first token and the accepted drafts, the rows after them having been
+    // computed for rejected ones; not a token the caller stopped at, which generate() does not
+    // evaluate either.
+    const size_t keep_n = 1 + a - (stop ? 1 : 0);
+    if (keep_n < batch.size()) {
+      if (!rewind_by_checkpoint) {
+        cache.truncate(n_before + static_cast<int64_t>(keep_n));
+      } else {
+        if (!model.restore_checkpoint(cache)) {
+          throw Error("speculative decoding: the sequence's checkpoint is gone");
+        }
+        ++st.replays;
+        std::vector<float> last(n_vocab);
+        model.forward(std::span<const int32_t>(batch.data(), keep_n), cache, LogitsMode::Last,
+                      last.data(), opt.hooks);
+      }
     }
-    if (!model.restore_checkpoint(cache)) {
-      throw Error("speculative decoding: the sequence's checkpoint is gone");
-    }
-    ++st.replays;
-    std::vector<float> last(n_vocab);
-    model.forward(std::span<const int32_t>(batch.data(), 1 + a), cache, LogitsMode::Last,
-                  last.data(), opt.hooks);
+    if (stop) break;
+    cur = next;
   }
   if (stats) *stats = st;
   return res;

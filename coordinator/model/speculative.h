@@ -1,6 +1,7 @@
-// Greedy decoding with n-gram drafts verified in one batch (speculative decoding, issue 33's
-// first step): the chosen tokens are those of generate() without drafts; the drafts only let
-// several of them come from one forward. After a verification the sequence state goes back to
+// Decoding with drafts verified in one batch (speculative decoding, issue 33): the chosen tokens
+// are those of generate() without drafts, greedy or sampled (the choice is made once per token,
+// from the same row, in the same order); the drafts only let several of them come from one
+// forward. After a verification the sequence state goes back to
 // the last accepted token: attention rows by truncation, a recurrent state (qwen35moe) by
 // restoring the checkpoint taken before the batch and evaluating the accepted tokens again.
 #pragma once
@@ -18,7 +19,7 @@ namespace moe::model {
 struct SpeculativeStats {
   int64_t verifications = 0;  // batches with at least one drafted token
   int64_t drafted = 0;        // drafted tokens verified
-  int64_t accepted = 0;       // of them, equal to the greedy choice
+  int64_t accepted = 0;       // of them, equal to the choice from their row
   int64_t replays = 0;        // recurrent states restored and evaluated again
 };
 
@@ -29,9 +30,12 @@ using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> hist
 // The n-gram lookup as a Drafter.
 Drafter ngram_drafter(const NgramDraftOptions& opt);
 
-// As generate() with greedy choice (opt.pick must be empty: sampled acceptance is not built
-// yet; moe::Error otherwise). Uses the cache's checkpoint when the model has recurrent layers
-// (it replaces any checkpoint the caller kept). `stats`, when given, counts the drafts.
+// As generate(), opt.pick included: a drafted token stands when the choice from its row equals
+// it, which for a sampler is the speculative-sampling acceptance rule for a drafter proposing one
+// token with certainty (accept with probability p(draft), else draw from the rest), so the
+// distribution is unchanged, and with the same sampler state the very same tokens come out. The
+// cache ends as generate() leaves it. Uses the cache's checkpoint when the model has recurrent
+// layers (it replaces any checkpoint the caller kept). `stats`, when given, counts the drafts.
 GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
                                     std::span<const int32_t> prompt, const GenerateOptions& opt,
                                     const Drafter& drafter, SpeculativeStats* stats = nullptr);

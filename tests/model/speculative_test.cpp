@@ -9,7 +9,8 @@
 //    its checkpoint and replayed);
 //  * the rollback itself: after it the cache holds as many positions as without drafts, and the
 //    next token's logits from it match those from the plain path's cache;
-//  * sampled choice is refused.
+//  * a sampled choice gives the same tokens with the same seed, and a caller stopping after an
+//    accepted draft leaves the cache as without drafts.
 // Exact: the CPU kernels sum a row the same way whatever the batch around it, so the verified
 // rows equal the one-token rows bit for bit.
 #include "coordinator/model/speculative.h"
@@ -19,12 +20,14 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "common/gguf.h"
 #include "coordinator/model/model_arch.h"
+#include "coordinator/sampling/sampler.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/testdata.h"
 
@@ -149,17 +152,99 @@ TEST_P(SpeculativeTest, GreedyTokensEqualThoseWithoutDrafts) {
   }
 }
 
-TEST_P(SpeculativeTest, RefusesSampledChoice) {
+// A sampled choice is made once per token from the same row in the same order as without drafts,
+// so a sampler with the same seed gives the same tokens; the penalties see the same history.
+// Drafts from an oracle that knows the sampled answer (accepted, cut short, rejected) and from
+// the n-gram lookup; a caller stopping after an accepted draft leaves the cache where generate()
+// leaves it.
+TEST_P(SpeculativeTest, SampledTokensEqualThoseWithoutDrafts) {
   const auto file = moe::gguf::GgufFile::open(model_path(GetParam(), "Q4_K_M"));
   moe::cpu::ThreadPool pool(2);
   auto model = create_model_arch(file, pool);
-  KvCache cache = model->make_cache(32, KvType::F16, KvType::F16);
+  const auto V = static_cast<int32_t>(model->config().n_vocab);
+  moe::sampling::SamplingParams sp;
+  sp.seed = 1234;
+  sp.temp = 1.5f;  // a flat distribution: the draws matter
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  sp.repeat_penalty = 1.3f;  // depends on the tokens emitted so far
+  const auto sampled = [&](moe::sampling::Sampler& s) {
+    return [&s](std::span<const float> row) {
+      const int32_t t = s.sample(row);
+      s.accept(t);
+      return t;
+    };
+  };
+  Tokens prompt;
+  for (int r = 0; r < 3; ++r) {
+    for (int32_t t : {11, 305, 42, 7, 1999, 64}) prompt.push_back(t % V);
+  }
   GenerateOptions opt;
-  opt.n_steps = 4;
-  opt.pick = [](std::span<const float>) { return 0; };
-  const Tokens prompt{1, 2, 3};
-  EXPECT_THROW(generate_speculative(*model, cache, prompt, opt, ngram_drafter({})), moe::Error);
-  EXPECT_EQ(cache.n_past(), 0);
+  opt.n_steps = 40;
+  opt.keep_logits = true;
+  moe::sampling::Sampler plain_sampler(sp, V);
+  opt.pick = sampled(plain_sampler);
+  KvCache plain_cache = model->make_cache(128, KvType::F16, KvType::F16);
+  const GenerateResult plain = generate(*model, plain_cache, prompt, opt);
+  std::set<int32_t> distinct(plain.tokens.begin(), plain.tokens.end());
+  ASSERT_GT(distinct.size(), 5u) << "the draws should vary";
+
+  const auto oracle = [&](int draft_max, int wrong_every) {
+    auto counter = std::make_shared<int>(0);
+    return Drafter([&, draft_max, wrong_every, counter](std::span<const int32_t> history) {
+      Tokens d;
+      for (size_t i = history.size() - prompt.size();
+           i < plain.tokens.size() && d.size() < static_cast<size_t>(draft_max); ++i) {
+        const bool wrong = ++*counter % wrong_every == 0;
+        d.push_back(wrong ? (plain.tokens[i] + 1) % V : plain.tokens[i]);
+      }
+      return d;
+    });
+  };
+  NgramDraftOptions ng;
+  ng.draft_max = 4;
+  ng.n_min = 1;
+  const std::vector<std::pair<std::string, Drafter>> cases{
+      {"oracle 3/4", oracle(3, 4)}, {"oracle 6/3", oracle(6, 3)}, {"n-gram", ngram_drafter(ng)}};
+  for (const auto& [name, drafter] : cases) {
+    moe::sampling::Sampler s(sp, V);
+    GenerateOptions o = opt;
+    o.pick = sampled(s);
+    KvCache cache = model->make_cache(128, KvType::F16, KvType::F16);
+    SpeculativeStats st;
+    const GenerateResult spec = generate_speculative(*model, cache, prompt, o, drafter, &st);
+    EXPECT_EQ(spec.tokens, plain.tokens) << name;
+    EXPECT_EQ(spec.logits, plain.logits) << name;
+    EXPECT_EQ(cache.n_past(), plain_cache.n_past()) << name;
+    if (name != "n-gram") {
+      EXPECT_GT(st.accepted, 0) << name;
+      EXPECT_LT(st.accepted, st.drafted) << name;
+    }
+  }
+
+  // Stopping after an accepted draft: the 7th token comes from a verified batch (the oracle
+  // drafts 3 at a time, all right), and generate() would not have evaluated it.
+  const auto stop_after = [](int n) {
+    auto seen = std::make_shared<int>(0);
+    return [n, seen](int32_t) { return ++*seen < n; };
+  };
+  GenerateOptions o = opt;
+  o.on_token = stop_after(7);
+  moe::sampling::Sampler s1(sp, V);
+  o.pick = sampled(s1);
+  KvCache c1 = model->make_cache(128, KvType::F16, KvType::F16);
+  const GenerateResult ref = generate(*model, c1, prompt, o);
+  moe::sampling::Sampler s2(sp, V);
+  o.pick = sampled(s2);
+  o.on_token = stop_after(7);
+  KvCache c2 = model->make_cache(128, KvType::F16, KvType::F16);
+  SpeculativeStats st;
+  const GenerateResult spec = generate_speculative(*model, c2, prompt, o, oracle(3, 1000), &st);
+  ASSERT_EQ(ref.tokens.size(), 7u);
+  EXPECT_EQ(spec.tokens, ref.tokens);
+  EXPECT_EQ(c2.n_past(), c1.n_past());
+  EXPECT_GT(st.accepted, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, SpeculativeTest, ::testing::Values("qwen3moe", "qwen35moe"));
