@@ -29,8 +29,10 @@
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/model/op_profile.h"
+#include "coordinator/model/speculative.h"
 #include "coordinator/tools/kv_cli.h"
 #include "coordinator/tools/llama_cli_args.h"
+#include "coordinator/tools/spec_cli.h"
 #include "experts/remote_expert_executor.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/weight_prefetch.h"
@@ -54,7 +56,8 @@ struct Args {
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
   int pool_spin = moe::cpu::ThreadPool::kDefaultSpin;  // both processes' pools
-  bool op_profile = false;  // --op-profile: per-op times of the CPU forward
+  bool op_profile = false;    // --op-profile: per-op times of the CPU forward
+  moe::tools::SpecArgs spec;  // --spec-type: greedy decode with and without drafts
   moe::gpu::GpuOptions gpu;
 };
 
@@ -204,6 +207,68 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a, OpP
   return results;
 }
 
+// --spec-type: greedy decoding of -n tokens after a prompt of -p random ids (at least one), once
+// without drafts and once with them, each a warm-up and -r timed runs; decode time from the first
+// chosen token on. A greedy chain over random weights tends to settle into a loop, which the
+// n-gram lookup then drafts well: the rows show the mechanism's speed at the acceptance printed.
+std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const Args& a) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(model.config().n_vocab) - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(1, a.n_prompt)));
+  for (auto& t : prompt) t = dist(rng);
+  std::vector<Result> results;
+  std::vector<int32_t> plain_tokens;
+  for (const bool drafts : {false, true}) {
+    Result r{"tg" + std::to_string(a.n_gen) + (drafts ? " spec " + a.spec.type : " greedy"),
+             0,
+             a.n_gen,
+             0,
+             {},
+             0,
+             0,
+             0};
+    SpeculativeStats st;
+    std::vector<int32_t> tokens;
+    for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up
+      cache.clear();
+      GenerateOptions opt;
+      opt.n_steps = a.n_gen;
+      Clock::time_point t0{};
+      opt.on_token = [&](int32_t) {
+        if (t0 == Clock::time_point{}) t0 = Clock::now();
+        return true;
+      };
+      const GenerateResult res =
+          drafts ? generate_speculative(model, cache, prompt, opt, ngram_drafter(a.spec.ngram), &st)
+                 : generate(model, cache, prompt, opt);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep >= 0 && a.n_gen > 1) r.samples_ts.push_back(static_cast<double>(a.n_gen - 1) / s);
+      tokens = res.tokens;
+    }
+    if (!drafts) {
+      plain_tokens = tokens;
+    } else {
+      // The last run's counts (each run decodes the same tokens).
+      std::fprintf(
+          stderr,
+          "moe-bench: %s: %lld verifications, %lld drafted, %lld accepted (%.1f%%), %.2f tokens "
+          "per forward, %lld replays; the same tokens as without drafts: %s\n",
+          r.test.c_str(), static_cast<long long>(st.verifications),
+          static_cast<long long>(st.drafted), static_cast<long long>(st.accepted),
+          st.drafted > 0
+              ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted)
+              : 0.0,
+          static_cast<double>(a.n_gen - 1) /
+              static_cast<double>(std::max<int64_t>(1, a.n_gen - 1 - st.accepted)),
+          static_cast<long long>(st.replays), tokens == plain_tokens ? "yes" : "no");
+    }
+    if (r.samples_ts.empty()) continue;
+    summarize(r);
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
 // -npl: for each N, N sequences evaluate -p tokens each in one batch (pp), then decode -n tokens
 // each, one forward per step over all N (tg); aggregate tokens/second, llama-batched-bench's S_PP
 // and S_TG.
@@ -319,7 +384,10 @@ int run(const Args& a) {
     }
   }
   std::vector<Result> results;
-  if (a.parallel.empty()) {
+  if (a.spec.type != "none") {
+    KvCache cache = model->make_cache(n_ctx, moe::tools::kv_config(a.kv));
+    results = measure_speculative(*model, cache, a);
+  } else if (a.parallel.empty()) {
     KvCache cache = model->make_cache(n_ctx, moe::tools::kv_config(a.kv));
     results = measure(*model, cache, a, profp);
   } else {
@@ -444,10 +512,21 @@ int main(int argc, char** argv) {
                "(-ngl 0; -npl is not profiled)");
   app.add_option("--worker-bin", a.worker_bin,
                  "moe-cpu-worker binary (default: the one next to moe-bench)");
+  moe::tools::add_spec_options(
+      app, a.spec,
+      "greedy decode of -n tokens after -p random ids, without and then with drafts (-d, -npl "
+      "and --op-profile do not apply)");
   moe::gpu::add_gpu_options(app, a.gpu, /*mmap_flag=*/false);
   try {
     app.parse(static_cast<int>(argv_p.size()), argv_p.data());
     if (a.n_prompt == 0 && a.n_gen == 0) throw CLI::ValidationError("-p and -n are both 0");
+    moe::tools::check_spec_args(a.spec);
+    if (a.spec.type != "none") {
+      if (a.n_gen < 2) throw CLI::ValidationError("--spec-type needs -n 2 or more");
+      if (!a.parallel.empty() || a.depths != std::vector<int64_t>{0} || a.op_profile) {
+        throw CLI::ValidationError("--spec-type does not combine with -d, -npl or --op-profile");
+      }
+    }
     if (a.gpu.n_gpu_layers > 0 && app.count("--pool-spin") == 0) {
       a.pool_spin = moe::gpu::kGpuPoolSpin;
     }

@@ -22,6 +22,7 @@
 #include "coordinator/tools/kv_cli.h"
 #include "coordinator/tools/llama_cli_args.h"
 #include "coordinator/tools/run_text.h"
+#include "coordinator/tools/spec_cli.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace {
@@ -33,8 +34,7 @@ struct Args {
   moe::tools::KvArgs kv;
   std::string tokens_in, logits_out, tokens_out, force_dir;
   int64_t greedy = -1;
-  std::string spec_type = "none";  // --greedy with drafts verified in batches: none | ngram
-  moe::model::NgramDraftOptions ngram;
+  moe::tools::SpecArgs spec;  // --greedy with drafts verified in batches
   // Text modes.
   std::string prompt, apply_template, tools;
   int64_t n_predict = -1;
@@ -136,14 +136,14 @@ int run(const Args& a) {
   opt.keep_logits = !a.logits_out.empty();
   opt.hooks = hp;
   GenerateResult res;
-  if (a.spec_type == "ngram" && gpu.n_gpu_layers > 0) {
+  if (a.spec.type == "ngram" && gpu.n_gpu_layers > 0) {
     // The GPU's one-row and batched kernels sum in different orders, so a verified draft could
     // differ from what one-token decoding picks; the CPU's kernels are row-invariant.
     throw moe::Error("--spec-type ngram runs on the CPU only for now (-ngl 0)");
   }
-  if (a.spec_type == "ngram") {
+  if (a.spec.type == "ngram") {
     SpeculativeStats st;
-    res = generate_speculative(*model, cache, prompt, opt, ngram_drafter(a.ngram), &st);
+    res = generate_speculative(*model, cache, prompt, opt, ngram_drafter(a.spec.ngram), &st);
     std::fprintf(stderr,
                  "moe-run: speculative (n-gram): %lld verifications, %lld drafted, %lld accepted "
                  "(%.1f%%)\n",
@@ -200,18 +200,7 @@ int main(int argc, char** argv) {
   app.add_option("--greedy", a.greedy, "decode N greedy tokens with the KV cache")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--tokens-out", a.tokens_out, "greedy token ids (raw int32)");
-  app.add_option("--spec-type", a.spec_type,
-                 "--greedy: none, or ngram (draft from earlier text, verify in one batch; the "
-                 "tokens are the same)")
-      ->check(CLI::IsMember({"none", "ngram"}));
-  app.add_option("--draft-max,--draft", a.ngram.draft_max, "--spec-type ngram: tokens per draft")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--spec-ngram-size", a.ngram.n_max,
-                 "--spec-type ngram: the longest suffix looked up (default 3)")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--spec-ngram-min", a.ngram.n_min,
-                 "--spec-type ngram: the shortest suffix that counts as a match (default 1)")
-      ->check(CLI::Range(1, 64));
+  moe::tools::add_spec_options(app, a.spec, "--greedy");
   app.add_option("--force-experts", a.force_dir,
                  "golden run folder: use its moe_topk_L / gen_moe_topk_L experts");
   try {
@@ -221,10 +210,9 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("one of --tokens-in, -p or --apply-template is required");
     if (!a.tokens_out.empty() && a.greedy < 0)
       throw CLI::ValidationError("--tokens-out needs --greedy N");
-    if (a.spec_type != "none" && a.greedy < 0)
+    if (a.spec.type != "none" && a.greedy < 0)
       throw CLI::ValidationError("--spec-type needs --greedy N");
-    if (a.ngram.n_min > a.ngram.n_max)
-      throw CLI::ValidationError("--spec-ngram-min is above --spec-ngram-size");
+    moe::tools::check_spec_args(a.spec);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

@@ -303,6 +303,20 @@ TEST(RunTool, BenchPrintsTableAndJson) {
   EXPECT_EQ(short_ctx.rc, 1) << short_ctx.out;
   EXPECT_NE(short_ctx.out.find("-c 8 is shorter than the 20 positions"), std::string::npos)
       << short_ctx.out;
+  // --spec-type ngram: greedy decoding without and with drafts, a row each, the drafts' counts
+  // and whether the tokens agreed (on the CPU they must); it does not combine with -d or -npl.
+  const std::string spec_bench = quote(kBin + "/moe-bench") + " -m " + quote(model.string()) +
+                                 " -p 16 -r 2 -t 2 --spec-type ngram";
+  const Proc spec = run(spec_bench + " -n 24 --draft-max 4", true);
+  ASSERT_EQ(spec.rc, 0) << spec.out;
+  EXPECT_NE(spec.out.find("| tg24 greedy | "), std::string::npos) << spec.out;
+  EXPECT_NE(spec.out.find("| tg24 spec ngram | "), std::string::npos) << spec.out;
+  EXPECT_NE(spec.out.find("moe-bench: tg24 spec ngram: "), std::string::npos) << spec.out;
+  EXPECT_NE(spec.out.find("the same tokens as without drafts: yes"), std::string::npos) << spec.out;
+  EXPECT_EQ(run(spec_bench + " -d 0,8", true).rc, 2);
+  EXPECT_EQ(run(spec_bench + " -npl 2", true).rc, 2);
+  EXPECT_EQ(run(spec_bench + " -n 1", true).rc, 2);
+  EXPECT_EQ(run(spec_bench + " --spec-ngram-min 5", true).rc, 2);
   // --op-profile: a table of the CPU forward's ops per test, after the results.
   const Proc ops = run(bench + " --op-profile");
   ASSERT_EQ(ops.rc, 0) << ops.out;
