@@ -95,9 +95,9 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
           throw Error("speculative decoding: the sequence's checkpoint is gone");
         }
         ++st.replays;
-        std::vector<float> last(n_vocab);
+        // The replay's logits are those of a row already chosen from: written and dropped.
         model.forward(std::span<const int32_t>(batch.data(), keep_n), cache, LogitsMode::Last,
-                      last.data(), opt.hooks);
+                      logits.data(), opt.hooks);
       }
     }
     if (stop) break;
