@@ -1,6 +1,7 @@
 #include "coordinator/model/speculative.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "common/error.h"
@@ -13,7 +14,8 @@ Drafter ngram_drafter(const NgramDraftOptions& opt) {
 
 GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
                                     std::span<const int32_t> prompt, const GenerateOptions& opt,
-                                    const Drafter& drafter, SpeculativeStats* stats) {
+                                    const Drafter& drafter, SpeculativeStats* stats,
+                                    DraftPolicy* policy) {
   if (prompt.empty()) throw Error("generate: empty prompt");
   const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
   cache.check_room(static_cast<int64_t>(prompt.size()) + std::max<int64_t>(opt.n_steps - 1, 0));
@@ -46,6 +48,22 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
     // Draft no further than the tokens still to choose: the last one needs no evaluation.
     std::vector<int32_t> d = drafter(history);
     d.resize(std::min<size_t>(d.size(), static_cast<size_t>(left - 1)));
+    // The policy may verify fewer, or none: then the first draft is only compared with the
+    // token chosen next (its acceptance, measured for free).
+    int32_t shadow = -1;
+    if (policy) {
+      const auto k = static_cast<size_t>(policy->length(static_cast<int>(d.size())));
+      if (k == 0 && !d.empty()) shadow = d[0];
+      d.resize(std::min(d.size(), k));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto step_done = [&](size_t n) {
+      if (policy) {
+        policy->observe_step(
+            static_cast<int>(n),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    };
     std::vector<int32_t> batch{cur};
     batch.insert(batch.end(), d.begin(), d.end());
     const int64_t n_before = cache.n_past();
@@ -55,8 +73,10 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
     model.forward(batch, cache, d.empty() ? LogitsMode::Last : LogitsMode::All, logits.data(),
                   opt.hooks);
     if (d.empty()) {
+      step_done(1);
       std::copy_n(logits.begin(), n_vocab, row.begin());
       cur = choose(row);
+      if (policy && shadow >= 0) policy->observe_drafts(1, cur == shadow ? 1 : 0);
       continue;
     }
     ++st.verifications;
@@ -83,6 +103,7 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
       }
     }
     st.accepted += static_cast<int64_t>(a);
+    if (policy) policy->observe_drafts(static_cast<int>(d.size()), static_cast<int>(a));
     // Keep the batch's first token and the accepted drafts, the rows after them having been
     // computed for rejected ones; not a token the caller stopped at, which generate() does not
     // evaluate either.
@@ -100,6 +121,7 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
                       logits.data(), opt.hooks);
       }
     }
+    step_done(batch.size());
     if (stop) break;
     cur = next;
   }

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "coordinator/model/draft_policy.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/ngram_draft.h"
 
@@ -36,8 +37,12 @@ Drafter ngram_drafter(const NgramDraftOptions& opt);
 // distribution is unchanged, and with the same sampler state the very same tokens come out. The
 // cache ends as generate() leaves it. Uses the cache's checkpoint when the model has recurrent
 // layers (it replaces any checkpoint the caller kept). `stats`, when given, counts the drafts.
+// `policy`, when given, decides how many of each draft to verify and learns from every step's
+// time and every draft's outcome (it may be kept across calls); without it every draft is
+// verified whole.
 GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
                                     std::span<const int32_t> prompt, const GenerateOptions& opt,
-                                    const Drafter& drafter, SpeculativeStats* stats = nullptr);
+                                    const Drafter& drafter, SpeculativeStats* stats = nullptr,
+                                    DraftPolicy* policy = nullptr);
 
 }  // namespace moe::model

@@ -207,8 +207,9 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a, OpP
   return results;
 }
 
-// --spec-type: greedy decoding of -n tokens after a prompt of -p random ids (at least one), once
-// without drafts and once with them, each a warm-up and -r timed runs; decode time from the first
+// --spec-type: greedy decoding of -n tokens after a prompt of -p random ids (at least one): without
+// drafts, with every draft verified whole, and with the cost model choosing the lengths
+// (DraftPolicy, fresh each run); each a warm-up and -r timed runs, decode time from the first
 // chosen token on. A greedy chain over random weights tends to settle into a loop, which the
 // n-gram lookup then drafts well: the rows show the mechanism's speed at the acceptance printed.
 std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const Args& a) {
@@ -216,21 +217,21 @@ std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const 
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(model.config().n_vocab) - 1);
   std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(1, a.n_prompt)));
   for (auto& t : prompt) t = dist(rng);
+  enum class Mode { Plain, Whole, Priced };
   std::vector<Result> results;
   std::vector<int32_t> plain_tokens;
-  for (const bool drafts : {false, true}) {
-    Result r{"tg" + std::to_string(a.n_gen) + (drafts ? " spec " + a.spec.type : " greedy"),
-             0,
-             a.n_gen,
-             0,
-             {},
-             0,
-             0,
-             0};
+  for (const Mode mode : {Mode::Plain, Mode::Whole, Mode::Priced}) {
+    const std::string name = "tg" + std::to_string(a.n_gen) +
+                             (mode == Mode::Plain   ? " greedy"
+                              : mode == Mode::Whole ? " spec " + a.spec.type
+                                                    : " spec " + a.spec.type + " priced");
+    Result r{name, 0, a.n_gen, 0, {}, 0, 0, 0};
     SpeculativeStats st;
+    DraftPolicy policy(a.spec.ngram.draft_max);
     std::vector<int32_t> tokens;
     for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up
       cache.clear();
+      policy = DraftPolicy(a.spec.ngram.draft_max);
       GenerateOptions opt;
       opt.n_steps = a.n_gen;
       Clock::time_point t0{};
@@ -239,30 +240,42 @@ std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const 
         return true;
       };
       const GenerateResult res =
-          drafts ? generate_speculative(model, cache, prompt, opt, ngram_drafter(a.spec.ngram), &st)
-                 : generate(model, cache, prompt, opt);
+          mode == Mode::Plain
+              ? generate(model, cache, prompt, opt)
+              : generate_speculative(model, cache, prompt, opt, ngram_drafter(a.spec.ngram), &st,
+                                     mode == Mode::Priced ? &policy : nullptr);
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (rep >= 0 && a.n_gen > 1) r.samples_ts.push_back(static_cast<double>(a.n_gen - 1) / s);
+      if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_gen - 1) / s);
       tokens = res.tokens;
     }
-    if (!drafts) {
+    if (mode == Mode::Plain) {
       plain_tokens = tokens;
     } else {
-      // The last run's counts (each run decodes the same tokens).
+      // The last run's counts.
+      const int64_t forwards = a.n_gen - 1 - st.accepted;  // every accepted draft saved one
       std::fprintf(
           stderr,
-          "moe-bench: %s: %lld verifications, %lld drafted, %lld accepted (%.1f%%), %.2f tokens "
-          "per forward, %lld replays; the same tokens as without drafts: %s\n",
-          r.test.c_str(), static_cast<long long>(st.verifications),
+          "moe-bench: %s: %lld verifications, %lld drafted, %lld accepted (%.1f%%), "
+          "%.2f tokens per forward, %lld replays; the same tokens as without drafts: "
+          "%s\n",
+          name.c_str(), static_cast<long long>(st.verifications),
           static_cast<long long>(st.drafted), static_cast<long long>(st.accepted),
           st.drafted > 0
               ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted)
               : 0.0,
-          static_cast<double>(a.n_gen - 1) /
-              static_cast<double>(std::max<int64_t>(1, a.n_gen - 1 - st.accepted)),
+          static_cast<double>(a.n_gen - 1) / static_cast<double>(std::max<int64_t>(1, forwards)),
           static_cast<long long>(st.replays), tokens == plain_tokens ? "yes" : "no");
     }
-    if (r.samples_ts.empty()) continue;
+    if (mode == Mode::Priced) {
+      // The cost model's terms at the end of the last run.
+      std::fprintf(stderr,
+                   "moe-bench: %s: cost model: acceptance %.2f; a step of 1 / 2 / %d tokens %.3f / "
+                   "%.3f / %.3f ms; it would now verify %d of %d drafted tokens\n",
+                   name.c_str(), policy.acceptance(), a.spec.ngram.draft_max + 1,
+                   policy.step_seconds(1) * 1e3, policy.step_seconds(2) * 1e3,
+                   policy.step_seconds(a.spec.ngram.draft_max + 1) * 1e3,
+                   policy.length(a.spec.ngram.draft_max), a.spec.ngram.draft_max);
+    }
     summarize(r);
     results.push_back(std::move(r));
   }

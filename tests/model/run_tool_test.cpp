@@ -312,6 +312,10 @@ TEST(RunTool, BenchPrintsTableAndJson) {
   EXPECT_NE(spec.out.find("| tg24 greedy | "), std::string::npos) << spec.out;
   EXPECT_NE(spec.out.find("| tg24 spec ngram | "), std::string::npos) << spec.out;
   EXPECT_NE(spec.out.find("moe-bench: tg24 spec ngram: "), std::string::npos) << spec.out;
+  EXPECT_NE(spec.out.find("| tg24 spec ngram priced | "), std::string::npos) << spec.out;
+  EXPECT_NE(spec.out.find("moe-bench: tg24 spec ngram priced: cost model: acceptance "),
+            std::string::npos)
+      << spec.out;
   EXPECT_NE(spec.out.find("the same tokens as without drafts: yes"), std::string::npos) << spec.out;
   EXPECT_EQ(run(spec_bench + " -d 0,8", true).rc, 2);
   EXPECT_EQ(run(spec_bench + " -npl 2", true).rc, 2);

@@ -150,6 +150,20 @@ TEST_P(SpeculativeTest, GreedyTokensEqualThoseWithoutDrafts) {
     }
     EXPECT_EQ(diff, 0.0) << c.name << " (scale " << scale << ")";
   }
+  // The cost model choosing the lengths (DraftPolicy): the same tokens and cache; after the
+  // first step is timed it tries a 1-token draft before anything is known of batches, and it
+  // learns that the oracle's drafts (all right here) stand.
+  DraftPolicy policy(8);
+  KvCache priced = model->make_cache(128, KvType::F16, KvType::F16);
+  SpeculativeStats pst;
+  const GenerateResult p =
+      generate_speculative(*model, priced, prompt, opt, oracle(8, 1000), &pst, &policy);
+  EXPECT_EQ(p.tokens, plain.tokens);
+  EXPECT_EQ(priced.n_past(), plain_cache.n_past());
+  EXPECT_GE(pst.verifications, 1);
+  EXPECT_EQ(pst.accepted, pst.drafted);
+  EXPECT_GT(policy.acceptance(), 0.8);
+  EXPECT_GT(policy.step_seconds(1), 0.0);
 }
 
 // A sampled choice is made once per token from the same row in the same order as without drafts,
