@@ -56,8 +56,9 @@ struct Args {
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
   int pool_spin = moe::cpu::ThreadPool::kDefaultSpin;  // both processes' pools
-  bool op_profile = false;    // --op-profile: per-op times of the CPU forward
-  moe::tools::SpecArgs spec;  // --spec-type: greedy decode with and without drafts
+  bool op_profile = false;        // --op-profile: per-op times of the CPU forward
+  moe::tools::SpecArgs spec;      // --spec-type: greedy decode with and without drafts
+  bool spec_drafts_fail = false;  // --spec-drafts-fail: random drafts of --draft-max ids
   moe::gpu::GpuOptions gpu;
 };
 
@@ -67,6 +68,8 @@ struct Result {
   std::vector<double> samples_ts;
   double median = 0, mean = 0, stddev = 0;
   std::string ops;  // --op-profile's table of the timed runs
+  // tg: the hand-off waits over the timed runs (ms; from the expert runtime's counters)
+  double gpu_route_wait_ms = 0, cpu_route_wait_ms = 0;
 };
 
 void summarize(Result& r) {
@@ -187,6 +190,7 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a, OpP
       for (int rep = -1; rep < a.reps; ++rep) {
         fill(depth);
         if (prof) prof->set_active(rep >= 0);
+        const auto before = model.expert_runtime();
         const auto t0 = Clock::now();
         for (int64_t i = 0; i < a.n_gen; ++i) {
           const int32_t tok = dist(rng);  // new ids in every repetition too
@@ -195,6 +199,10 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a, OpP
         const double s = std::chrono::duration<double>(Clock::now() - t0).count();
         if (prof) prof->set_active(false);
         if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_gen) / s);
+        if (const auto after = model.expert_runtime(); before && after && rep >= 0) {
+          r.gpu_route_wait_ms += after->gpu_route_wait_ms - before->gpu_route_wait_ms;
+          r.cpu_route_wait_ms += after->cpu_route_wait_ms - before->cpu_route_wait_ms;
+        }
       }
       summarize(r);
       if (prof) {
@@ -212,11 +220,21 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a, OpP
 // (DraftPolicy, fresh each run); each a warm-up and -r timed runs, decode time from the first
 // chosen token on. A greedy chain over random weights tends to settle into a loop, which the
 // n-gram lookup then drafts well: the rows show the mechanism's speed at the acceptance printed.
+// --spec-drafts-fail drafts --draft-max random ids at every step instead: drafts that fail, whose
+// verification the cost model must stop paying for.
 std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const Args& a) {
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(model.config().n_vocab) - 1);
   std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(1, a.n_prompt)));
   for (auto& t : prompt) t = dist(rng);
+  Drafter drafter = ngram_drafter(a.spec.ngram);
+  if (a.spec_drafts_fail) {
+    drafter = [&rng, dist, n = a.spec.ngram.draft_max](std::span<const int32_t>) mutable {
+      std::vector<int32_t> draft(static_cast<size_t>(n));
+      for (auto& t : draft) t = dist(rng);
+      return draft;
+    };
+  }
   enum class Mode { Plain, Whole, Priced };
   std::vector<Result> results;
   std::vector<int32_t> plain_tokens;
@@ -240,10 +258,9 @@ std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const 
         return true;
       };
       const GenerateResult res =
-          mode == Mode::Plain
-              ? generate(model, cache, prompt, opt)
-              : generate_speculative(model, cache, prompt, opt, ngram_drafter(a.spec.ngram), &st,
-                                     mode == Mode::Priced ? &policy : nullptr);
+          mode == Mode::Plain ? generate(model, cache, prompt, opt)
+                              : generate_speculative(model, cache, prompt, opt, drafter, &st,
+                                                     mode == Mode::Priced ? &policy : nullptr);
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_gen - 1) / s);
       tokens = res.tokens;
@@ -421,15 +438,19 @@ int run(const Args& a) {
         std::fprintf(stderr, "moe-bench: %s: %s\n", r.test.c_str(), d.c_str());
       }
     }
-    // The hand-off waits per decoded token (every run, warm-ups included; prefill's host-routed
-    // layers add to the GPU's wait).
-    if (rt->experts_per_token > 0 && rt->decode_items > 0) {
+    // The hand-off waits per token of the timed decode runs (a depth's fill and the prompt
+    // tests, whose host-routed layers the GPU also waits for, are left out).
+    for (const Result& r : results) {
+      if (r.n_gen == 0 || r.samples_ts.empty() || a.spec.type != "none" || !a.parallel.empty()) {
+        continue;
+      }
       const double tokens =
-          static_cast<double>(rt->decode_items) / static_cast<double>(rt->experts_per_token);
+          static_cast<double>(r.n_gen * static_cast<int64_t>(r.samples_ts.size()));
       std::fprintf(stderr,
-                   "moe-bench: per decoded token: the GPU waited %.0f us for host routing, the "
-                   "CPU share %.0f us for the GPU's routing\n",
-                   rt->gpu_route_wait_ms * 1e3 / tokens, rt->cpu_route_wait_ms * 1e3 / tokens);
+                   "moe-bench: %s: per token the GPU waited %.0f us for host routing, the CPU "
+                   "share %.0f us for the GPU's routing\n",
+                   r.test.c_str(), r.gpu_route_wait_ms * 1e3 / tokens,
+                   r.cpu_route_wait_ms * 1e3 / tokens);
     }
   }
   const std::string name = std::filesystem::path(a.model).filename().string();
@@ -529,11 +550,17 @@ int main(int argc, char** argv) {
       app, a.spec,
       "greedy decode of -n tokens after -p random ids, without and then with drafts (-d, -npl "
       "and --op-profile do not apply)");
+  app.add_flag("--spec-drafts-fail", a.spec_drafts_fail,
+               "--spec-type: draft --draft-max random ids at every step instead of looking up "
+               "(drafts that fail: the cost model's worst case)");
   moe::gpu::add_gpu_options(app, a.gpu, /*mmap_flag=*/false);
   try {
     app.parse(static_cast<int>(argv_p.size()), argv_p.data());
     if (a.n_prompt == 0 && a.n_gen == 0) throw CLI::ValidationError("-p and -n are both 0");
     moe::tools::check_spec_args(a.spec);
+    if (a.spec_drafts_fail && a.spec.type == "none") {
+      throw CLI::ValidationError("--spec-drafts-fail needs --spec-type");
+    }
     if (a.spec.type != "none") {
       if (a.n_gen < 2) throw CLI::ValidationError("--spec-type needs -n 2 or more");
       if (!a.parallel.empty() || a.depths != std::vector<int64_t>{0} || a.op_profile) {

@@ -321,6 +321,21 @@ TEST(RunTool, BenchPrintsTableAndJson) {
   EXPECT_EQ(run(spec_bench + " -npl 2", true).rc, 2);
   EXPECT_EQ(run(spec_bench + " -n 1", true).rc, 2);
   EXPECT_EQ(run(spec_bench + " --spec-ngram-min 5", true).rc, 2);
+  // --spec-drafts-fail: random drafted tokens are rejected (a random id is the greedy choice
+  // about once in n_vocab), and the tokens are still the plain greedy ones.
+  const Proc fail = run(spec_bench + " -n 24 --draft-max 4 --spec-drafts-fail", true);
+  ASSERT_EQ(fail.rc, 0) << fail.out;
+  const size_t whole = fail.out.find("moe-bench: tg24 spec ngram: ");
+  ASSERT_NE(whole, std::string::npos) << fail.out;
+  const std::string line = fail.out.substr(whole, fail.out.find('\n', whole) - whole);
+  EXPECT_NE(line.find(" 0 accepted (0.0%)"), std::string::npos) << line;
+  EXPECT_EQ(line.find(" 0 drafted"), std::string::npos) << line;
+  EXPECT_NE(line.find("the same tokens as without drafts: yes"), std::string::npos) << line;
+  EXPECT_EQ(run(quote(kBin + "/moe-bench") + " -m " + quote(model.string()) +
+                    " -p 16 -n 8 --spec-drafts-fail",
+                true)
+                .rc,
+            2);
   // --op-profile: a table of the CPU forward's ops per test, after the results.
   const Proc ops = run(bench + " --op-profile");
   ASSERT_EQ(ops.rc, 0) << ops.out;
