@@ -37,6 +37,7 @@ struct Options {
   int launches = 100;
   int repeats = 7;
   int64_t rotate_mib = 512;
+  std::string only;  // --only: one group of cases
 };
 
 // A decode step's shapes (qwen3-30b-a3b): n_embd, an expert's n_ff, experts, experts per token.
@@ -132,6 +133,9 @@ void add_options(CLI::App& app, Options& o) {
                  "weight copies rotated through per case, in MiB (default 512, beyond the L2 "
                  "cache; 0: one copy, read from L2)")
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
+  app.add_option("--only", o.only, "run one group of cases only")
+      ->check(
+          CLI::IsMember({"norms", "gemv", "router", "experts", "attention", "depth", "combine"}));
 }
 
 // The ceiling: a device-to-device copy reads and writes each byte once.
@@ -495,13 +499,16 @@ int main(int argc, char** argv) {
     Bench b(o);
     b.ceiling = device_copy_ceiling(o);
     upload_activations(b);
-    bench_norms(b);
-    bench_dense_gemvs(b);
-    bench_router_and_head(b);
-    bench_experts(b);
-    bench_attention(b);
-    bench_attention_depth(b);
-    bench_combine_and_topk(b);
+    const auto run = [&](const char* group, void (*cases)(Bench&)) {
+      if (o.only.empty() || o.only == group) cases(b);
+    };
+    run("norms", bench_norms);
+    run("gemv", bench_dense_gemvs);
+    run("router", bench_router_and_head);
+    run("experts", bench_experts);
+    run("attention", bench_attention);
+    run("depth", bench_attention_depth);
+    run("combine", bench_combine_and_topk);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe-bench-cuda-kernels: %s\n", e.what());
     return 1;
