@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -127,6 +129,18 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
   }
   if (stats) *stats = st;
   return res;
+}
+
+std::string describe(const SpeculativeStats& st) {
+  const double pct =
+      st.drafted > 0 ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted)
+                     : 0.0;
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "%lld verifications, %lld drafted, %lld accepted (%.1f%%), %lld replays",
+                static_cast<long long>(st.verifications), static_cast<long long>(st.drafted),
+                static_cast<long long>(st.accepted), pct, static_cast<long long>(st.replays));
+  return buf;
 }
 
 }  // namespace moe::model

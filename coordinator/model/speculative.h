@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "coordinator/model/draft_policy.h"
@@ -23,6 +24,9 @@ struct SpeculativeStats {
   int64_t accepted = 0;       // of them, equal to the choice from their row
   int64_t replays = 0;        // recurrent states restored and evaluated again
 };
+
+// "V verifications, D drafted, A accepted (P%), R replays": the tools' and tests' line.
+std::string describe(const SpeculativeStats& st);
 
 // Proposes the tokens that may follow `history` (the prompt and every token chosen so far);
 // an empty draft means one token is decoded alone.

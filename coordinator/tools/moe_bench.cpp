@@ -17,6 +17,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -244,12 +245,12 @@ std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const 
                               : mode == Mode::Whole ? " spec " + a.spec.type
                                                     : " spec " + a.spec.type + " priced");
     Result r{name, 0, a.n_gen, 0, {}, 0, 0, 0};
-    SpeculativeStats st;
-    DraftPolicy policy(a.spec.ngram.draft_max);
+    SpeculativeStats st;  // the last run's (generate_speculative sets it)
+    std::optional<DraftPolicy> policy;
     std::vector<int32_t> tokens;
     for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up
       cache.clear();
-      policy = DraftPolicy(a.spec.ngram.draft_max);
+      policy.emplace(a.spec.ngram.draft_max);  // fresh each run: it learns during the run
       GenerateOptions opt;
       opt.n_steps = a.n_gen;
       Clock::time_point t0{};
@@ -260,7 +261,7 @@ std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const 
       const GenerateResult res =
           mode == Mode::Plain ? generate(model, cache, prompt, opt)
                               : generate_speculative(model, cache, prompt, opt, drafter, &st,
-                                                     mode == Mode::Priced ? &policy : nullptr);
+                                                     mode == Mode::Priced ? &*policy : nullptr);
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rep >= 0) r.samples_ts.push_back(static_cast<double>(a.n_gen - 1) / s);
       tokens = res.tokens;
@@ -272,26 +273,21 @@ std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const 
       const int64_t forwards = a.n_gen - 1 - st.accepted;  // every accepted draft saved one
       std::fprintf(
           stderr,
-          "moe-bench: %s: %lld verifications, %lld drafted, %lld accepted (%.1f%%), "
-          "%.2f tokens per forward, %lld replays; the same tokens as without drafts: "
-          "%s\n",
-          name.c_str(), static_cast<long long>(st.verifications),
-          static_cast<long long>(st.drafted), static_cast<long long>(st.accepted),
-          st.drafted > 0
-              ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted)
-              : 0.0,
+          "moe-bench: %s: %s, %.2f tokens per forward; the same tokens as without "
+          "drafts: %s\n",
+          name.c_str(), describe(st).c_str(),
           static_cast<double>(a.n_gen - 1) / static_cast<double>(std::max<int64_t>(1, forwards)),
-          static_cast<long long>(st.replays), tokens == plain_tokens ? "yes" : "no");
+          tokens == plain_tokens ? "yes" : "no");
     }
     if (mode == Mode::Priced) {
       // The cost model's terms at the end of the last run.
       std::fprintf(stderr,
                    "moe-bench: %s: cost model: acceptance %.2f; a step of 1 / 2 / %d tokens %.3f / "
                    "%.3f / %.3f ms; it would now verify %d of %d drafted tokens\n",
-                   name.c_str(), policy.acceptance(), a.spec.ngram.draft_max + 1,
-                   policy.step_seconds(1) * 1e3, policy.step_seconds(2) * 1e3,
-                   policy.step_seconds(a.spec.ngram.draft_max + 1) * 1e3,
-                   policy.length(a.spec.ngram.draft_max), a.spec.ngram.draft_max);
+                   name.c_str(), policy->acceptance(), a.spec.ngram.draft_max + 1,
+                   policy->step_seconds(1) * 1e3, policy->step_seconds(2) * 1e3,
+                   policy->step_seconds(a.spec.ngram.draft_max + 1) * 1e3,
+                   policy->length(a.spec.ngram.draft_max), a.spec.ngram.draft_max);
     }
     summarize(r);
     results.push_back(std::move(r));

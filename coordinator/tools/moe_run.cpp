@@ -144,14 +144,7 @@ int run(const Args& a) {
   if (a.spec.type == "ngram") {
     SpeculativeStats st;
     res = generate_speculative(*model, cache, prompt, opt, ngram_drafter(a.spec.ngram), &st);
-    std::fprintf(stderr,
-                 "moe-run: speculative (n-gram): %lld verifications, %lld drafted, %lld accepted "
-                 "(%.1f%%)\n",
-                 static_cast<long long>(st.verifications), static_cast<long long>(st.drafted),
-                 static_cast<long long>(st.accepted),
-                 st.drafted > 0
-                     ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted)
-                     : 0.0);
+    std::fprintf(stderr, "moe-run: speculative (n-gram): %s\n", describe(st).c_str());
   } else {
     res = generate(*model, cache, prompt, opt);
   }

@@ -18,8 +18,8 @@ struct SpecArgs {
 inline void add_spec_options(CLI::App& app, SpecArgs& a, const std::string& what_for) {
   app.add_option("--spec-type", a.type,
                  what_for +
-                     ": none, or ngram (draft from earlier text, verify in one batch; the tokens "
-                     "are the same)")
+                     ": none, or ngram (draft from earlier text, verify in one batch; on the CPU "
+                     "the tokens are the same as without)")
       ->check(CLI::IsMember({"none", "ngram"}));
   app.add_option("--draft-max,--draft", a.ngram.draft_max, "--spec-type ngram: tokens per draft")
       ->check(CLI::Range(1, 64));

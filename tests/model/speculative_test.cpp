@@ -116,12 +116,8 @@ TEST_P(SpeculativeTest, GreedyTokensEqualThoseWithoutDrafts) {
     KvCache cache = model->make_cache(128, KvType::F16, KvType::F16);
     SpeculativeStats st;
     const GenerateResult spec = generate_speculative(*model, cache, prompt, opt, c.drafter, &st);
-    std::printf(
-        "[speculative] %s %-10s: %lld verifications, %lld drafted, %lld accepted, "
-        "%lld replays\n",
-        GetParam().c_str(), c.name.c_str(), static_cast<long long>(st.verifications),
-        static_cast<long long>(st.drafted), static_cast<long long>(st.accepted),
-        static_cast<long long>(st.replays));
+    std::printf("[speculative] %s %-10s: %s\n", GetParam().c_str(), c.name.c_str(),
+                describe(st).c_str());
     EXPECT_EQ(spec.tokens, plain.tokens) << c.name;
     ASSERT_EQ(spec.logits.size(), plain.logits.size()) << c.name;
     // Bit for bit: a row's numbers do not depend on the batch around it (the CPU dot kernels).
