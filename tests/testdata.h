@@ -36,6 +36,20 @@ inline std::filesystem::path qwen35moe_testdata_dir() {
   return dir;
 }
 
+// The tiny gpt-oss model, its goldens and the vocab-only GGUF of the real tokenizer:
+// MOE_TESTDATA_GPTOSS from the environment, else the configured default; missing is a failure.
+inline std::filesystem::path gptoss_testdata_dir() {
+  const char* env = std::getenv("MOE_TESTDATA_GPTOSS");
+  std::filesystem::path dir = (env && *env) ? env : MOE_TESTDATA_GPTOSS_DEFAULT;
+  if (!std::filesystem::is_directory(dir / "models") ||
+      !std::filesystem::is_directory(dir / "golden")) {
+    throw std::runtime_error("gpt-oss test data not found at '" + dir.string() +
+                             "' (set MOE_TESTDATA_GPTOSS to the folder holding models/ and "
+                             "golden/)");
+  }
+  return dir;
+}
+
 // Raw little-endian file of T.
 template <typename T>
 std::vector<T> read_raw(const std::filesystem::path& p) {

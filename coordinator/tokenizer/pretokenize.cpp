@@ -10,6 +10,7 @@ class Matcher {
  public:
   Matcher(PreTokenizer pre, std::span<const char32_t> cps)
       : cps_(cps),
+        gpt4o_(pre == PreTokenizer::kGpt4o),
         word_(pre == PreTokenizer::kQwen35 ? uint8_t(kLetter | kMark) : uint8_t(kLetter)),
         not_punct_(pre == PreTokenizer::kQwen35 ? uint8_t(kSpace | kLetter | kNumber | kMark)
                                                 : uint8_t(kSpace | kLetter | kNumber)) {
@@ -19,6 +20,7 @@ class Matcher {
 
   // End of the piece starting at i (> i).
   size_t match(size_t i) const {
+    if (gpt4o_) return match_gpt4o(i);
     if (size_t e = contraction(i)) return e;
     if (size_t e = word(i)) return e;
     if (has(i, kNumber)) return i + 1;  // \p{N}: one digit per piece
@@ -38,7 +40,7 @@ class Matcher {
 
   // '(s|t|re|ve|m|ll|d), ASCII case-insensitive.
   size_t contraction(size_t i) const {
-    if (cps_[i] != '\'') return 0;
+    if (i >= cps_.size() || cps_[i] != '\'') return 0;
     const char32_t a = lower_at(i + 1), b = lower_at(i + 2);
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
@@ -86,7 +88,77 @@ class Matcher {
     return j;
   }
 
+  // gpt-4o's alternatives, in order.
+  size_t match_gpt4o(size_t i) const {
+    if (size_t e = cased_word(i, /*lower_required=*/true)) return e;
+    if (size_t e = cased_word(i, /*lower_required=*/false)) return e;
+    if (has(i, kNumber)) {  // \p{N}{1,3}
+      size_t k = i + 1;
+      while (k < i + 3 && has(k, kNumber)) ++k;
+      return k;
+    }
+    if (size_t e = punct_slash(i)) return e;
+    if (size_t e = spaces(i)) return e;
+    return i + 1;  // unreachable, as in match()
+  }
+
+  // [^\r\n\p{L}\p{N}]? then UPPER*LOWER+ (lower_required) or UPPER+LOWER*, then an optional
+  // contraction; 0 when neither with nor without the prefix matches. The prefix is tried first.
+  size_t cased_word(size_t i, bool lower_required) const {
+    if (!has(i, kCrLf | kLetter | kNumber)) {
+      if (size_t e = cased_run(i + 1, lower_required)) return e;
+    }
+    return cased_run(i, lower_required);
+  }
+
+  size_t cased_run(size_t k, bool lower_required) const {
+    const uint8_t upper = kUpperOrCaseless | kMark, lower = kLowerOrCaseless | kMark;
+    size_t u = k;
+    while (has(u, upper)) ++u;  // UPPER*, greedy
+    size_t end = 0;
+    if (lower_required) {
+      // LOWER+ after UPPER*: at u if it can start there, else UPPER* gives back characters
+      // until one that LOWER matches (a caseless letter or mark) starts the run.
+      size_t start = u;
+      if (!has(u, lower)) {
+        start = SIZE_MAX;
+        for (size_t j = u; j > k; --j) {
+          if (has(j - 1, lower)) {
+            start = j - 1;
+            break;
+          }
+        }
+        if (start == SIZE_MAX) return 0;
+      }
+      end = start;
+      while (has(end, lower)) ++end;
+    } else {
+      if (u == k) return 0;  // UPPER+
+      end = u;
+      while (has(end, lower)) ++end;  // LOWER*
+    }
+    if (size_t c = contraction(end)) return c;
+    return end;
+  }
+
+  // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+  size_t punct_slash(size_t i) const {
+    const auto p = [&](size_t k) {
+      return k < cls_.size() && !(cls_[k] & (kSpace | kLetter | kNumber));
+    };
+    size_t k = i;
+    if (cps_[i] == ' ' && p(i + 1)) {
+      k = i + 1;
+    } else if (!p(i)) {
+      return 0;
+    }
+    while (p(k)) ++k;
+    while (has(k, kCrLf) || (k < cps_.size() && cps_[k] == '/')) ++k;
+    return k;
+  }
+
   std::span<const char32_t> cps_;
+  bool gpt4o_;
   std::vector<uint8_t> cls_;
   uint8_t word_;
   uint8_t not_punct_;

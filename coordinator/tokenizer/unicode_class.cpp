@@ -13,11 +13,15 @@ uint8_t icu_class(char32_t cp) {
   uint8_t f = 0;
   switch (u_charType(c)) {
     case U_UPPERCASE_LETTER:
-    case U_LOWERCASE_LETTER:
     case U_TITLECASE_LETTER:
+      f |= kLetter | kUpperOrCaseless;
+      break;
+    case U_LOWERCASE_LETTER:
+      f |= kLetter | kLowerOrCaseless;
+      break;
     case U_MODIFIER_LETTER:
     case U_OTHER_LETTER:
-      f |= kLetter;
+      f |= kLetter | kUpperOrCaseless | kLowerOrCaseless;
       break;
     case U_DECIMAL_DIGIT_NUMBER:
     case U_LETTER_NUMBER:

@@ -33,8 +33,9 @@ PreTokenizer parse_pre(std::string_view name) {
   static constexpr std::array<std::string_view, 3> kQwen2 = {"qwen2", "deepseek-r1-qwen", "megrez"};
   if (std::find(kQwen2.begin(), kQwen2.end(), name) != kQwen2.end()) return PreTokenizer::kQwen2;
   if (name == "qwen35") return PreTokenizer::kQwen35;
+  if (name == "gpt-4o") return PreTokenizer::kGpt4o;
   fail("unsupported pre-tokenizer tokenizer.ggml.pre = " + quoted(name) +
-       " (supported: qwen2, deepseek-r1-qwen, megrez, qwen35)");
+       " (supported: qwen2, deepseek-r1-qwen, megrez, qwen35, gpt-4o)");
 }
 
 uint64_t mix(uint64_t k) {  // splitmix64 finalizer: spreads (left, right) pairs over the table
