@@ -1,5 +1,8 @@
 #include "coordinator/chat_template/chat_template.h"
 
+#include <ctime>
+#include <string>
+
 #include "common/error.h"
 #include "coordinator/chat_template/jinja_ast.h"
 #include "coordinator/chat_template/jinja_error.h"
@@ -10,6 +13,24 @@
 #include "coordinator/chat_template/jinja_unicode.h"
 
 namespace moe {
+namespace {
+
+// strftime_now(format): the render's date in local time, as Python's datetime.now().strftime.
+std::string strftime_at(std::time_t now, const jinja::CallArgs& a) {
+  const jinja::Value f = a.get(0, "format");
+  if (!f.is_string()) throw jinja::Error("strftime_now() expects a format string");
+  const std::string& format = f.as_string();
+  if (format.size() > 64) throw jinja::Error("strftime_now(): the format is longer than 64 bytes");
+  if (format.empty()) return {};
+  std::tm tm{};
+  if (!localtime_r(&now, &tm)) throw jinja::Error("strftime_now(): the local time is unknown");
+  char buf[256];
+  const size_t n = std::strftime(buf, sizeof buf, format.c_str(), &tm);
+  if (n == 0) throw jinja::Error("strftime_now(): the formatted date is empty or too long");
+  return std::string(buf, n);
+}
+
+}  // namespace
 
 struct ChatTemplate::Impl {
   std::string source;  // newline-normalized; error positions refer to it
@@ -65,6 +86,20 @@ std::string ChatTemplate::render(const ChatTemplateInputs& in) const {
     if (in.enable_thinking) vars.set("enable_thinking", jinja::Value(*in.enable_thinking));
     vars.set("bos_token", jinja::Value(in.bos_token));
     vars.set("eos_token", jinja::Value(in.eos_token));
+    const std::time_t now = in.now ? *in.now : std::time(nullptr);
+    vars.set("strftime_now",
+             jinja::Value(jinja::Function{"strftime_now", [now](jinja::CallArgs& a) {
+                                            return jinja::Value(strftime_at(now, a));
+                                          }}));
+    if (!in.extra.is_null()) {
+      if (!in.extra.is_object()) throw moe::Error("chat template variables must be an object");
+      for (const auto& [name, value] : in.extra.items()) {
+        if (vars.find(name)) {
+          throw moe::Error("chat template variable '" + name + "' is set by the request already");
+        }
+        vars.set(name, jinja::from_json(value));
+      }
+    }
     return jinja::render(impl_->program, vars, impl_->limits);
   } catch (const jinja::Error& e) {
     throw impl_->to_error(e);

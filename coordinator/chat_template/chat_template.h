@@ -1,8 +1,10 @@
 // Chat templates: renders OpenAI-style messages to a prompt with the model's Jinja template
 // (GGUF key tokenizer.chat_template) the way Hugging Face apply_chat_template does (jinja2 with
-// trim_blocks, lstrip_blocks, loop controls, raise_exception and a json.dumps-based tojson).
+// trim_blocks, lstrip_blocks, loop controls, raise_exception, strftime_now and a json.dumps-based
+// tojson).
 #pragma once
 
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,6 +20,11 @@ struct ChatTemplateInputs {
   bool add_generation_prompt = false;
   std::optional<bool> enable_thinking;  // only defined in the template when set
   std::string bos_token, eos_token;
+  // More variables by name (an object; HF's apply_chat_template **kwargs, llama-server's
+  // chat_template_kwargs), e.g. gpt-oss's reasoning_effort. They may not replace the ones above.
+  nlohmann::ordered_json extra;
+  // The date and time strftime_now(format) formats (local time); unset: the time of the render.
+  std::optional<std::time_t> now;
 };
 
 class ChatTemplate {

@@ -1,8 +1,10 @@
-// Byte-exact renders of the real Qwen3 and Qwen3.5 templates (read from the test GGUF files)
-// against Python jinja2 3.1.6 renders (golden/chat/qwen3.jsonl and the qwen35 prompts).
+// Byte-exact renders of the real Qwen3, Qwen3.5 and gpt-oss templates (read from the test GGUF
+// files) against Python jinja2 renders (golden/chat/qwen3.jsonl, the qwen35 prompts and
+// testdata-gptoss's golden/chat/gptoss.jsonl).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "common/gguf.h"
 #include "coordinator/chat_template/chat_template.h"
 #include "tests/testdata.h"
@@ -121,6 +124,84 @@ TEST(ChatTemplateGolden, Qwen35ChatPrompt) {
   const std::string want = read_file(dir / "prompts" / spec.at("rendered_file").get<std::string>());
   const std::string got = t.render(in);
   EXPECT_EQ(got, want) << diff_location(want, got);
+}
+
+// Undoes markupsafe's escaping of &, <, >, ' and "; true when there was any.
+bool unescape_markup(std::string& s) {
+  static const std::pair<std::string, std::string> kEntities[] = {
+      {"&lt;", "<"}, {"&gt;", ">"}, {"&#39;", "'"}, {"&#34;", "\""}, {"&amp;", "&"}};
+  bool any = false;
+  for (const auto& [from, to] : kEntities) {
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+      s.replace(at, from.size(), to);
+      any = true;
+    }
+  }
+  return any;
+}
+
+// gpt-oss's harmony template (read from the vocab-only GGUF) against jinja2 3.1.2 renders with
+// strftime_now fixed to the golden's date: tools, tool calls and results, reasoning in an
+// assistant turn, and reasoning_effort passed as an extra variable.
+TEST(ChatTemplateGolden, GptOssRendersByteExact) {
+  const fs::path dir = moe::test::gptoss_testdata_dir();
+  const ChatTemplate t(template_of(dir / "models" / "gptoss-vocab-only.gguf"));
+  std::ifstream in(dir / "golden" / "chat" / "gptoss.jsonl");
+  std::string line;
+  size_t n = 0, unescaped = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const ordered_json j = ordered_json::parse(line);
+    SCOPED_TRACE(j.at("name").get<std::string>());
+    ChatTemplateInputs ci;
+    ci.messages = j.at("messages");
+    ci.tools = j.value("tools", ordered_json());
+    ci.add_generation_prompt = j.at("add_generation_prompt").get<bool>();
+    ci.extra = j.at("kwargs");
+    std::tm tm{};
+    const std::string date = j.at("date").get<std::string>();  // YYYY-MM-DD
+    tm.tm_year = std::stoi(date.substr(0, 4)) - 1900;
+    tm.tm_mon = std::stoi(date.substr(5, 2)) - 1;
+    tm.tm_mday = std::stoi(date.substr(8, 2));
+    tm.tm_hour = 12;
+    tm.tm_isdst = -1;
+    ci.now = std::mktime(&tm);
+    // jinja2's built-in tojson returns Markup, and `str + Markup` HTML-escapes the str, so the
+    // golden's tool-result turn reads "to=assistant&lt;|channel|&gt;...". Hugging Face's
+    // apply_chat_template (and llama.cpp) use a json.dumps tojson returning a plain string, as
+    // this engine does, and the model is trained on the unescaped tokens: the golden is compared
+    // with that escaping undone, in the one case that has it.
+    std::string want = j.at("rendered").get<std::string>();
+    if (unescape_markup(want)) ++unescaped;
+    const std::string got = t.render(ci);
+    EXPECT_EQ(got, want) << diff_location(want, got);
+    ++n;
+  }
+  EXPECT_EQ(n, 8u);
+  EXPECT_EQ(unescaped, 1u);
+}
+
+// strftime_now's argument is bounded and checked; extra variables cannot replace the request's.
+TEST(ChatTemplateGolden, StrftimeNowAndExtraVariablesAreChecked) {
+  ChatTemplateInputs ci;
+  ci.messages = ordered_json::array();
+  std::tm tm{};
+  tm.tm_year = 126;
+  tm.tm_mon = 11;
+  tm.tm_mday = 2;
+  tm.tm_hour = 12;
+  tm.tm_isdst = -1;
+  ci.now = std::mktime(&tm);
+  EXPECT_EQ(ChatTemplate("{{ strftime_now('%d %B %Y') }}").render(ci), "02 December 2026");
+  EXPECT_THROW(ChatTemplate("{{ strftime_now(3) }}").render(ci), moe::Error);
+  EXPECT_THROW(ChatTemplate("{{ strftime_now('" + std::string(65, 'x') + "') }}").render(ci),
+               moe::Error);
+  ci.extra = ordered_json{{"reasoning_effort", "low"}};
+  EXPECT_EQ(ChatTemplate("{{ reasoning_effort }}").render(ci), "low");
+  ci.extra = ordered_json{{"messages", "x"}};
+  EXPECT_THROW(ChatTemplate("{{ messages }}").render(ci), moe::Error);
+  ci.extra = ordered_json::array();
+  EXPECT_THROW(ChatTemplate("x").render(ci), moe::Error);
 }
 
 }  // namespace
