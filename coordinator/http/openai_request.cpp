@@ -1,5 +1,7 @@
 #include "coordinator/http/openai_request.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -499,19 +501,53 @@ void read_tools(const Json& body, v1::ChatInput& chat) {
   }
 }
 
+// chat_template_kwargs (llama-server's): enable_thinking as its own field, any other variable
+// into template_vars_json; and OpenAI's reasoning_effort, which gpt-oss's template reads.
 void read_chat_template_kwargs(const Json& body, v1::ChatInput& chat) {
-  const Json* kw = find(body, "chat_template_kwargs");
-  if (kw == nullptr) return;
-  if (!kw->is_object())
-    bad(not_a("chat_template_kwargs", "an object", *kw), "chat_template_kwargs");
-  for (const auto& [key, value] : kw->items()) {
-    const std::string name = "chat_template_kwargs." + key;
-    if (key == "enable_thinking") {
-      if (!value.is_null()) chat.set_enable_thinking(get_bool(value, name));
-    } else {
-      bad(name + " is not supported (only enable_thinking)", name);
+  Json vars = Json::object();
+  if (const Json* kw = find(body, "chat_template_kwargs")) {
+    if (!kw->is_object())
+      bad(not_a("chat_template_kwargs", "an object", *kw), "chat_template_kwargs");
+    if (kw->size() > 32)
+      bad("chat_template_kwargs has more than 32 entries", "chat_template_kwargs");
+    for (const auto& [key, value] : kw->items()) {
+      const std::string name = "chat_template_kwargs." + key;
+      if (key == "enable_thinking") {
+        if (!value.is_null()) chat.set_enable_thinking(get_bool(value, name));
+        continue;
+      }
+      const bool identifier =
+          !key.empty() && key.size() <= 64 &&
+          std::all_of(
+              key.begin(), key.end(),
+              [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
+          !std::isdigit(static_cast<unsigned char>(key[0]));
+      if (!identifier) {
+        bad("chat_template_kwargs: '" + key.substr(0, 64) +
+                "' is not a template variable name (letters, digits and _, at most 64)",
+            "chat_template_kwargs");
+      }
+      vars[key] = value;
     }
   }
+  if (const Json* effort = find(body, "reasoning_effort");
+      effort != nullptr && !effort->is_null()) {
+    const std::string& e = get_string(*effort, "reasoning_effort");
+    if (e != "minimal" && e != "low" && e != "medium" && e != "high") {
+      bad("reasoning_effort must be minimal, low, medium or high", "reasoning_effort");
+    }
+    if (vars.contains("reasoning_effort") && vars["reasoning_effort"] != *effort) {
+      bad("reasoning_effort differs from chat_template_kwargs.reasoning_effort",
+          "reasoning_effort");
+    }
+    vars["reasoning_effort"] = e;
+  }
+  if (vars.empty()) return;
+  std::string text = vars.dump();
+  if (text.size() > 16384) {
+    bad("chat_template_kwargs is over 16 KiB as JSON", "chat_template_kwargs");
+  }
+  chat.set_template_vars_json(std::move(text));
 }
 
 void require_object(const Json& body) {

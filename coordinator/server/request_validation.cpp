@@ -161,6 +161,13 @@ ChatTemplateInputs chat_inputs(const v1::ChatInput& chat, const ModelLimits& m,
   in.add_generation_prompt =
       chat.has_add_generation_prompt() ? chat.add_generation_prompt() : default_generation_prompt;
   if (chat.has_enable_thinking()) in.enable_thinking = chat.enable_thinking();
+  if (!chat.template_vars_json().empty()) {
+    if (chat.template_vars_json().size() > 16384) {
+      throw BadRequest("chat.template_vars_json is over 16 KiB");
+    }
+    // The template refuses names the request sets itself (ChatTemplate::render).
+    in.extra = parse_json_object(chat.template_vars_json(), "chat.template_vars_json");
+  }
   const tokenizer::Tokenizer& tok = *m.tok;
   if (tok.bos_id() >= 0) in.bos_token = std::string(tok.vocab().text(tok.bos_id()));
   if (tok.eos_id() >= 0) in.eos_token = std::string(tok.vocab().text(tok.eos_id()));

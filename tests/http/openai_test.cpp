@@ -376,11 +376,37 @@ TEST(ChatRequest, EnableThinking) {
   expect_bad_chat(R"("chat_template_kwargs": {"enable_thinking": "no"})",
                   "chat_template_kwargs.enable_thinking must be a boolean, not string",
                   "chat_template_kwargs.enable_thinking");
-  expect_bad_chat(R"("chat_template_kwargs": {"reasoning_effort": "low"})",
-                  "chat_template_kwargs.reasoning_effort is not supported",
-                  "chat_template_kwargs.reasoning_effort");
   expect_bad_chat(R"("chat_template_kwargs": [])", "chat_template_kwargs must be an object",
                   "chat_template_kwargs");
+}
+
+// Other chat_template_kwargs and OpenAI's reasoning_effort reach the template as variables.
+TEST(ChatRequest, TemplateVariables) {
+  EXPECT_EQ(chat_req(chat(R"("chat_template_kwargs": {"reasoning_effort": "low", "x_1": [1]})"))
+                .chat()
+                .template_vars_json(),
+            R"({"reasoning_effort":"low","x_1":[1]})");
+  EXPECT_EQ(chat_req(chat(R"("reasoning_effort": "high")")).chat().template_vars_json(),
+            R"({"reasoning_effort":"high"})");
+  EXPECT_EQ(chat_req(chat(R"("chat_template_kwargs": {"enable_thinking": false})"))
+                .chat()
+                .template_vars_json(),
+            "");
+  expect_bad_chat(R"("reasoning_effort": "extreme")",
+                  "reasoning_effort must be minimal, low, medium or high", "reasoning_effort");
+  expect_bad_chat(R"("reasoning_effort": 1)", "reasoning_effort must be a string, not number",
+                  "reasoning_effort");
+  expect_bad_chat(
+      R"("reasoning_effort": "high", "chat_template_kwargs": {"reasoning_effort": "low"})",
+      "reasoning_effort differs from chat_template_kwargs.reasoning_effort", "reasoning_effort");
+  expect_bad_chat(R"("chat_template_kwargs": {"a-b": 1})",
+                  "chat_template_kwargs: 'a-b' is not a template variable name",
+                  "chat_template_kwargs");
+  expect_bad_chat(R"("chat_template_kwargs": {"1a": 1})",
+                  "chat_template_kwargs: '1a' is not a template variable name",
+                  "chat_template_kwargs");
+  expect_bad_chat(R"("chat_template_kwargs": {"big": ")" + std::string(17000, 'x') + R"("})",
+                  "chat_template_kwargs is over 16 KiB as JSON", "chat_template_kwargs");
 }
 
 TEST(ChatRequest, UnknownTopLevelKeysAreIgnored) {

@@ -88,6 +88,17 @@ TEST(LlamaRoutes, TokenizeDetokenizeTemplatePropsSlotsAndAlias) {
   expect_error(curl("POST", base + "/detokenize", R"({"tokens":"no"})"), 400, "tokens");
   expect_error(curl("POST", base + "/apply-template", R"({"messages":"no"})"), 400, "messages");
   expect_error(curl("POST", base + "/tokenize", "[[["), 400, "not valid JSON");
+  // Template variables reach the template: one it does not read renders as without, and one
+  // that would replace the request's own is refused there.
+  const HttpReply effort =
+      curl("POST", base + "/apply-template",
+           R"({"messages":[{"role":"user","content":"Hi"}],"reasoning_effort":"low"})");
+  ASSERT_EQ(effort.status, 200) << effort.body;
+  EXPECT_EQ(json::parse(effort.body)["prompt"], json::parse(a.body)["prompt"]);
+  expect_error(curl("POST", base + "/apply-template",
+                    R"({"messages":[{"role":"user","content":"Hi"}],)"
+                    R"("chat_template_kwargs":{"messages":[]}})"),
+               400, "set by the request already");
   EXPECT_TRUE(c.stop());
 }
 
