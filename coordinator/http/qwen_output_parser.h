@@ -20,34 +20,10 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
-#include <vector>
+
+#include "coordinator/http/parsed_output.h"
 
 namespace moe::http {
-
-struct ParsedToolCall {
-  std::string id;              // "call_" + 22 letters and digits, see tool_call_id()
-  std::string name;            // the function's name
-  std::string arguments_json;  // the arguments object as compact JSON text (OpenAI's "arguments")
-
-  bool operator==(const ParsedToolCall&) const = default;
-};
-
-// New output from one push() / finish(), or all of it when deltas are appended together.
-struct ParsedDelta {
-  std::string content;
-  std::string reasoning;
-  std::vector<ParsedToolCall> tool_calls;
-
-  bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
-  void append(const ParsedDelta& d);
-
-  bool operator==(const ParsedDelta&) const = default;
-};
-
-// The id of tool call number `n` (0-based) of a reply: "call_" followed by 22 letters and digits,
-// a function of (seed, n) that differs for every n of one seed. Give each request its own seed
-// (e.g. the completion id) so that ids differ across requests yet are reproducible.
-std::string tool_call_id(std::string_view seed, size_t n);
 
 class QwenOutputParser {
  public:
