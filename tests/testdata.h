@@ -22,32 +22,29 @@ inline std::filesystem::path testdata_dir() {
   return dir;
 }
 
-// The tiny qwen35moe models and goldens: MOE_TESTDATA_QWEN35MOE from the environment, else the
-// configured default; missing is a failure too.
-inline std::filesystem::path qwen35moe_testdata_dir() {
-  const char* env = std::getenv("MOE_TESTDATA_QWEN35MOE");
-  std::filesystem::path dir = (env && *env) ? env : MOE_TESTDATA_QWEN35MOE_DEFAULT;
+// A golden folder holding models/ and golden/: `env` from the environment, else the configured
+// default; missing is a failure, never a skip.
+inline std::filesystem::path golden_folder(const char* env, const char* fallback,
+                                           const std::string& what) {
+  const char* value = std::getenv(env);
+  std::filesystem::path dir = (value && *value) ? value : fallback;
   if (!std::filesystem::is_directory(dir / "models") ||
       !std::filesystem::is_directory(dir / "golden")) {
-    throw std::runtime_error("qwen35moe test data not found at '" + dir.string() +
-                             "' (set MOE_TESTDATA_QWEN35MOE to the folder holding models/ and "
-                             "golden/)");
+    throw std::runtime_error(what + " test data not found at '" + dir.string() + "' (set " + env +
+                             " to the folder holding models/ and golden/)");
   }
   return dir;
 }
 
-// The tiny gpt-oss model, its goldens and the vocab-only GGUF of the real tokenizer:
-// MOE_TESTDATA_GPTOSS from the environment, else the configured default; missing is a failure.
+// The tiny qwen35moe models and goldens (MOE_TESTDATA_QWEN35MOE).
+inline std::filesystem::path qwen35moe_testdata_dir() {
+  return golden_folder("MOE_TESTDATA_QWEN35MOE", MOE_TESTDATA_QWEN35MOE_DEFAULT, "qwen35moe");
+}
+
+// The tiny gpt-oss model, its goldens and the vocab-only GGUF of the real tokenizer
+// (MOE_TESTDATA_GPTOSS).
 inline std::filesystem::path gptoss_testdata_dir() {
-  const char* env = std::getenv("MOE_TESTDATA_GPTOSS");
-  std::filesystem::path dir = (env && *env) ? env : MOE_TESTDATA_GPTOSS_DEFAULT;
-  if (!std::filesystem::is_directory(dir / "models") ||
-      !std::filesystem::is_directory(dir / "golden")) {
-    throw std::runtime_error("gpt-oss test data not found at '" + dir.string() +
-                             "' (set MOE_TESTDATA_GPTOSS to the folder holding models/ and "
-                             "golden/)");
-  }
-  return dir;
+  return golden_folder("MOE_TESTDATA_GPTOSS", MOE_TESTDATA_GPTOSS_DEFAULT, "gpt-oss");
 }
 
 // Raw little-endian file of T.

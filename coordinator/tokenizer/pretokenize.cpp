@@ -59,7 +59,7 @@ class Matcher {
     return k;
   }
 
-  // ` ?PUNCT+[\r\n]*`
+  // ` ?PUNCT+[\r\n]*`; gpt-4o's also takes slashes after the punctuation (`[\r\n/]*`).
   size_t punct(size_t i) const {
     size_t k = i;
     if (cps_[i] == ' ' && is_punct(i + 1)) {
@@ -68,7 +68,7 @@ class Matcher {
       return 0;
     }
     while (is_punct(k)) ++k;
-    while (has(k, kCrLf)) ++k;
+    while (has(k, kCrLf) || (gpt4o_ && k < cps_.size() && cps_[k] == '/')) ++k;
     return k;
   }
 
@@ -97,7 +97,7 @@ class Matcher {
       while (k < i + 3 && has(k, kNumber)) ++k;
       return k;
     }
-    if (size_t e = punct_slash(i)) return e;
+    if (size_t e = punct(i)) return e;  // [^\s\p{L}\p{N}]: not_punct_ as qwen2's
     if (size_t e = spaces(i)) return e;
     return i + 1;  // unreachable, as in match()
   }
@@ -139,22 +139,6 @@ class Matcher {
     }
     if (size_t c = contraction(end)) return c;
     return end;
-  }
-
-  // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
-  size_t punct_slash(size_t i) const {
-    const auto p = [&](size_t k) {
-      return k < cls_.size() && !(cls_[k] & (kSpace | kLetter | kNumber));
-    };
-    size_t k = i;
-    if (cps_[i] == ' ' && p(i + 1)) {
-      k = i + 1;
-    } else if (!p(i)) {
-      return 0;
-    }
-    while (p(k)) ++k;
-    while (has(k, kCrLf) || (k < cps_.size() && cps_[k] == '/')) ++k;
-    return k;
   }
 
   std::span<const char32_t> cps_;
