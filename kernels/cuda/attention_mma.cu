@@ -80,8 +80,12 @@ __device__ __forceinline__ void load_tile_t(__half* dst, const uint8_t* base, si
         v = *reinterpret_cast<const uint4*>(row + 2 * (off + d));
       } else {
         float x[8];
+        if (d + 8 <= hd && (off + d) % 8 == 0) {
+          kv_run8<kCode>(row, off + d, x);  // one block's scales read once for the 8 values
+        } else {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] = d + i < hd ? kv_value<kCode>(row, off + d + i) : 0.0f;
+          for (int i = 0; i < 8; ++i) x[i] = d + i < hd ? kv_value<kCode>(row, off + d + i) : 0.0f;
+        }
         v = make_uint4(pack_half2(x[0], x[1]), pack_half2(x[2], x[3]), pack_half2(x[4], x[5]),
                        pack_half2(x[6], x[7]));
       }

@@ -455,6 +455,37 @@ void bench_attention_depth(Bench& b) {
                                }),
                2.0 * static_cast<double>(row_bytes) * (p + 1), b.ceiling);
       }
+      // A chat's next turn: a 512-token prompt over the same depths (the tensor-core kernel).
+      constexpr int64_t kPrompt = 512;
+      const auto qp_host = moe::test::random_floats(kPrompt * S, b.rng);
+      DeviceBuffer qp(kPrompt * S * 4), outp(kPrompt * sh.H * sh.hd * 4);
+      MOE_CUDA_CHECK(
+          cudaMemcpy(qp.get(), qp_host.data(), qp_host.size() * 4, cudaMemcpyHostToDevice));
+      for (const int64_t p : {8191, 32767}) {
+        const int64_t pos0 = p + 1 - kPrompt;
+        const size_t wsp_bytes =
+            moe::cuda::attention_workspace_bytes(kPrompt, pos0, sh.H, sh.HK, sh.hd, false);
+        DeviceBuffer wsp(std::max<size_t>(wsp_bytes, 4));
+        const std::string name = std::string("prompt attention ") + sh.name + " " +
+                                 moe::ggml_type_label(static_cast<uint32_t>(t)) + ", 512 rows at " +
+                                 std::to_string(p + 1);
+        report(name.c_str(),
+               time_per_launch(o,
+                               [&](cudaStream_t s, int i) {
+                                 moe::cuda::DeviceKvLayer kv{};
+                                 kv.k_type = kv.v_type = t;
+                                 kv.k_elems = kv.v_elems = elems;
+                                 kv.k_row_bytes = kv.v_row_bytes = row_bytes;
+                                 kv.n_ctx = n_ctx;
+                                 uint8_t* c = cache.as<uint8_t>() + (i % copies) * 2 * side;
+                                 kv.k = c;
+                                 kv.v = c + side;
+                                 moe::cuda::attention(kv, qp.as<float>(), S, kPrompt, pos0, sh.H,
+                                                      sh.HK, sh.hd, sh.hd, 0.0625f,
+                                                      outp.as<float>(), wsp.get(), wsp_bytes, s);
+                               }),
+               2.0 * static_cast<double>(row_bytes) * (p + 1), b.ceiling);
+      }
     }
   }
 }
