@@ -61,6 +61,7 @@ struct JobEvent {
   // Finish
   FinishReason reason = FinishReason::Eog;
   std::string stop_string;
+  int32_t end_token = -1;  // the end-of-generation token that stopped it, else -1
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t cached_tokens = 0;  // of prompt_tokens, taken from the prompt cache, not evaluated
   uint32_t seed = 0;

@@ -153,7 +153,11 @@ std::optional<JobEvent> SequenceSlot::after_forward(std::span<const float> logit
     }
     r.t_last_token = now;
   }
-  if (tok_.is_eog(token) && !req.ignore_eos) return finish(FinishReason::Eog, {});
+  if (tok_.is_eog(token) && !req.ignore_eos) {
+    JobEvent fin = finish(FinishReason::Eog, {});
+    fin.end_token = token;  // harmony's <|call|> / <|return|> close what the reply parser holds
+    return fin;
+  }
   const StopMatcher::Step step = r.stops.push(r.detok.push(token));
   JobEvent ev;
   if (req.top_logprobs >= 0) ev.logprobs.push_back(r.sampler.last_logprobs());

@@ -21,7 +21,7 @@
 #include "coordinator/http/openai_request.h"
 #include "coordinator/http/openai_response.h"
 #include "coordinator/http/peer_socket.h"
-#include "coordinator/http/qwen_output_parser.h"
+#include "coordinator/http/reply_parser.h"
 #include "coordinator/http/webui_route.h"
 #include "coordinator/server/request_validation.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -380,6 +380,8 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
   const std::string id = request_id(chat ? "chatcmpl-" : "cmpl-");
   const bool reasoning_started =
       chat && prompt_opens_reasoning(job->request().prompt, state_.limits.tok);
+  const ReplyFormat format =
+      state_.limits.tok ? reply_format(state_.limits.tok->vocab()) : ReplyFormat::kQwen;
   const int64_t created = unix_now();
   const std::string model = opts.model.empty() ? opt_.model_id : opts.model;
 
@@ -388,7 +390,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
   if (!opts.stream) {
     Collected c;
     std::vector<v1::TokenLogprobs> lps;
-    QwenOutputParser parser(reasoning_started, id);
+    const std::unique_ptr<ReplyParser> parser = make_reply_parser(format, reasoning_started, id);
     const PeerSocket peer(req.remote_addr, req.remote_port, req.local_port);
     for (;;) {
       if (peer.closed()) {  // nobody is left to read the answer: free the engine now
@@ -399,7 +401,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
       if (!ev) continue;
       if (ev->kind == engine::JobEvent::Chunk) {
         if (chat) {
-          c.all.append(parser.push(ev->text));
+          c.all.append(parser->push(ev->text));
         } else {
           c.all.content += ev->text;
         }
@@ -412,7 +414,11 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
         send_error(res, job_error(*ev));
         return;
       }
-      if (chat) c.all.append(parser.finish());
+      if (chat) {
+        if (ev->end_token >= 0)
+          c.all.append(parser->end_token(tok->token_piece(ev->end_token, true)));
+        c.all.append(parser->finish());
+      }
       c.prompt_tokens = ev->prompt_tokens;
       c.completion_tokens = ev->completion_tokens;
       c.cached_tokens = ev->cached_tokens;
@@ -433,7 +439,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
 
   // Streaming: one SSE event per delta, then the finish chunk, usage if asked, and [DONE].
   res.set_header("Cache-Control", "no-cache");
-  auto parser = std::make_shared<QwenOutputParser>(reasoning_started, id);
+  const std::shared_ptr<ReplyParser> parser = make_reply_parser(format, reasoning_started, id);
   res.set_chunked_content_provider(
       "text/event-stream",
       [job, parser, chat, id, created, model, opts, want_logprobs, tok](size_t,
@@ -492,7 +498,11 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
             sink.done();
             return true;
           }
-          if (chat) send_delta(parser->finish());
+          if (chat) {
+            if (ev->end_token >= 0)
+              send_delta(parser->end_token(tok->token_piece(ev->end_token, true)));
+            send_delta(parser->finish());
+          }
           const std::string_view reason =
               finish_reason_name(server::finish_reason_to_proto(ev->reason), tools_sent > 0);
           write(chat ? chat_chunk(id, created, model, chat_delta(ParsedDelta{}, first, tools_sent),
