@@ -100,6 +100,15 @@ std::vector<float> error_bounds(GgmlType type, const std::vector<float>& x) {
         std::fill_n(bound.begin() + b + 16 * g, 16, b_g + 1e-7f);
       }
     }
+  } else if (type == GgmlType::MXFP4) {
+    for (int64_t b = 0; b < n; b += 32) {
+      // The smallest power-of-two scale d whose grid (up to 12d) reaches the largest magnitude:
+      // half the widest gap (8d to 12d) is 2d.
+      const float a = max_abs(x.data() + b, 32);
+      float d = std::ldexp(1.0f, -128);
+      while (12.0f * d < a) d *= 2.0f;
+      std::fill_n(bound.begin() + b, 32, 2.0f * d);
+    }
   } else {
     const float steps = type == GgmlType::Q5_0 ? 16.0f : 127.0f;
     for (int64_t b = 0; b < n; b += 32) {
@@ -152,7 +161,8 @@ TEST_P(WeightQuant, GaussianRmsError) {
   double err = 0.0;
   for (size_t i = 0; i < x.size(); ++i) err += (y[i] - x[i]) * (y[i] - x[i]);
   const double rms = std::sqrt(err / static_cast<double>(x.size()));
-  const double limit = type == GgmlType::Q4_K   ? 0.13
+  const double limit = type == GgmlType::MXFP4  ? 0.13
+                       : type == GgmlType::Q4_K ? 0.13
                        : type == GgmlType::Q5_K ? 0.07
                        : type == GgmlType::Q5_0 ? 0.07
                        : type == GgmlType::Q6_K ? 0.04
@@ -163,7 +173,7 @@ TEST_P(WeightQuant, GaussianRmsError) {
 
 INSTANTIATE_TEST_SUITE_P(Types, WeightQuant,
                          ::testing::Values(GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K,
-                                           GgmlType::Q5_K, GgmlType::Q6_K),
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
                          [](const auto& info) {
                            return std::string(moe::ggml_type_info_or_throw(info.param).name);
                          });

@@ -47,6 +47,35 @@ void block_q5_0(const float* x, uint8_t* b) {
   std::memcpy(b + 2, &qh, 4);
 }
 
+// MXFP4: 32 elements, y = d * v with v an E2M1 value (doubled: 0, 1, 2, 3, 4, 6, 8, 12, and their
+// negatives) and d = 2^(e - 128) from the E8M0 byte e. e is the smallest exponent whose grid
+// reaches the block's largest magnitude, so nothing clamps; each value takes the nearest grid
+// point (the lower magnitude on a tie). Error <= half the widest gap, 2d.
+void block_mxfp4(const float* x, uint8_t* b) {
+  constexpr float kGrid[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  int e = 0;
+  if (amax > 0.0f) {
+    int k = 0;
+    std::frexp(amax / 12.0f, &k);  // amax / 12 < 2^k
+    e = std::clamp(k + 128, 0, 254);
+    while (e > 0 && 12.0f * std::ldexp(1.0f, e - 1 - 128) >= amax) --e;
+    while (e < 254 && 12.0f * std::ldexp(1.0f, e - 128) < amax) ++e;
+  }
+  const float d = std::ldexp(1.0f, e - 128);
+  const auto code = [&](float v) {
+    const float a = std::fabs(v) / d;
+    int best = 0;
+    for (int c = 1; c < 8; ++c) {
+      if (std::fabs(kGrid[c] - a) < std::fabs(kGrid[best] - a)) best = c;
+    }
+    return static_cast<uint8_t>(best | (v < 0.0f && best > 0 ? 8 : 0));
+  };
+  b[0] = static_cast<uint8_t>(e);
+  for (int j = 0; j < 16; ++j) b[1 + j] = static_cast<uint8_t>(code(x[j]) | code(x[j + 16]) << 4);
+}
+
 // Q4_K / Q5_K: 256 elements in 8 sub-blocks of 32, y = d*sc_j*q - dmin*m_j with 6-bit sc_j, m_j
 // and unsigned q of `bits` bits. Returns the codes in q[256]; writes d, dmin and the 12 packed
 // scale bytes to the block head.
@@ -184,6 +213,7 @@ bool can_quantize_weight(GgmlType type) {
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K:
+    case GgmlType::MXFP4:
       return true;
     default:
       return false;
@@ -215,6 +245,8 @@ void quantize_weight_row(GgmlType type, const float* x, void* dst, int64_t n) {
       return run_blocks<block_q5_k>(x, out, n, qk, bytes);
     case GgmlType::Q6_K:
       return run_blocks<block_q6_k>(x, out, n, qk, bytes);
+    case GgmlType::MXFP4:
+      return run_blocks<block_mxfp4>(x, out, n, qk, bytes);
     default:
       break;
   }

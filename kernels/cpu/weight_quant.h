@@ -10,7 +10,8 @@
 
 namespace moe::cpu {
 
-// True for the types quantize_weight_row can write: F32, F16, BF16, Q8_0, Q5_0, Q4_K, Q5_K, Q6_K.
+// True for the types quantize_weight_row can write: F32, F16, BF16, Q8_0, Q5_0, Q4_K, Q5_K, Q6_K,
+// MXFP4.
 bool can_quantize_weight(GgmlType type);
 
 // Writes n floats as type `type` into dst (row_bytes(type, n) bytes). n must be a multiple of the
