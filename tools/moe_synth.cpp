@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "tools/synth/gptoss_synth.h"
 #include "tools/synth/qwen35moe_synth.h"
 #include "tools/synth/qwen3moe_synth.h"
 
@@ -25,12 +26,15 @@ int main(int argc, char** argv) {
   int n_ff = 0, n_ff_shexp = 0, n_ctx = 0;
   app.add_option("--preset", preset,
                  "model shapes: tiny and qwen3-30b-a3b (qwen3moe), tiny-qwen35moe and "
-                 "qwen3.6-35b-a3b (qwen35moe)")
-      ->check(CLI::IsMember({"tiny", "qwen3-30b-a3b", "tiny-qwen35moe", "qwen3.6-35b-a3b"}));
+                 "qwen3.6-35b-a3b (qwen35moe), tiny-gpt-oss, gpt-oss-20b and gpt-oss-120b "
+                 "(gpt-oss: MXFP4 experts)")
+      ->check(CLI::IsMember({"tiny", "qwen3-30b-a3b", "tiny-qwen35moe", "qwen3.6-35b-a3b",
+                             "tiny-gpt-oss", "gpt-oss-20b", "gpt-oss-120b"}));
   app.add_option("--quant", quant,
                  "weights: q4_k_m (llama-quantize's Q4_K_M mix), q4_k, q5_k, q6_k, q5_0, q8_0, "
                  "f16, bf16, f32 (default: f16 for the tiny presets, q4_k_m for the real shapes; "
-                 "qwen35moe's q4_k_m has Q5_K ffn_down_exps as Unsloth's UD-Q4_K_M)")
+                 "qwen35moe's q4_k_m has Q5_K ffn_down_exps as Unsloth's UD-Q4_K_M; gpt-oss: the "
+                 "type of everything but the experts, which are MXFP4, default bf16, f16 tiny)")
       ->check(CLI::IsMember(
           {"q4_k_m", "q5_k_m", "q4_k", "q5_k", "q6_k", "q5_0", "q8_0", "f16", "bf16", "f32"}));
   app.add_option("--layers", layers,
@@ -46,7 +50,7 @@ int main(int argc, char** argv) {
   app.add_option("--n-embd", n_embd, "embedding width")->check(CLI::Range(1, 1 << 16));
   app.add_option("--n-head", n_head, "query heads")->check(CLI::Range(1, 1024));
   app.add_option("--n-head-kv", n_head_kv, "KV heads")->check(CLI::Range(1, 1024));
-  app.add_option("--head-dim", head_dim, "head dimension (qwen3moe presets only)")
+  app.add_option("--head-dim", head_dim, "head dimension (qwen3moe and gpt-oss presets only)")
       ->check(CLI::Range(2, 1024));
   app.add_option("--n-expert", n_expert, "experts per layer")->check(CLI::Range(1, 1024));
   app.add_option("--n-expert-used", n_expert_used, "experts per token")->check(CLI::Range(1, 1024));
@@ -63,7 +67,8 @@ int main(int argc, char** argv) {
   try {
     using moe::GgmlType;
     using moe::synth::QuantMix;
-    if (quant.empty()) quant = preset.starts_with("tiny") ? "f16" : "q4_k_m";
+    const bool gptoss = moe::synth::is_gptoss_preset(preset);
+    if (quant.empty()) quant = preset.starts_with("tiny") ? "f16" : gptoss ? "bf16" : "q4_k_m";
     const std::pair<const char*, GgmlType> types[] = {
         {"q4_k", GgmlType::Q4_K}, {"q5_k", GgmlType::Q5_K}, {"q6_k", GgmlType::Q6_K},
         {"q5_0", GgmlType::Q5_0}, {"q8_0", GgmlType::Q8_0}, {"f16", GgmlType::F16},
@@ -107,8 +112,16 @@ int main(int argc, char** argv) {
     };
     size_t n_tensors = 0;
     int n_layer = 0;
-    if (moe::synth::is_qwen35moe_preset(preset)) {
-      if (head_dim > 0) throw moe::Error("--head-dim applies to the qwen3moe presets only");
+    if (gptoss) {
+      if (n_ff_shexp > 0) throw moe::Error("--n-ff-shexp applies to the qwen35moe presets only");
+      if (k_mix) throw moe::Error("gpt-oss presets take one type for the non-expert matrices");
+      moe::synth::GptOssSpec spec = moe::synth::gptoss_preset(preset);
+      apply_options(spec, {{&spec.head_dim, head_dim}});
+      n_tensors = moe::synth::write_gptoss(out, spec);
+      n_layer = spec.n_layer;
+    } else if (moe::synth::is_qwen35moe_preset(preset)) {
+      if (head_dim > 0)
+        throw moe::Error("--head-dim applies to the qwen3moe and gpt-oss presets only");
       moe::synth::Qwen35MoeSpec spec = moe::synth::qwen35moe_preset(preset);
       apply_options(spec, {{&spec.n_ff_shexp, n_ff_shexp}});
       n_tensors = moe::synth::write_qwen35moe(out, spec);
