@@ -415,7 +415,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
         return;
       }
       if (chat) {
-        if (ev->end_token >= 0)
+        if (ev->end_token >= 0 && tok != nullptr)
           c.all.append(parser->end_token(tok->token_piece(ev->end_token, true)));
         c.all.append(parser->finish());
       }
@@ -499,7 +499,7 @@ void HttpServer::generation(const httplib::Request& req, httplib::Response& res,
             return true;
           }
           if (chat) {
-            if (ev->end_token >= 0)
+            if (ev->end_token >= 0 && tok != nullptr)
               send_delta(parser->end_token(tok->token_piece(ev->end_token, true)));
             send_delta(parser->finish());
           }
