@@ -21,6 +21,11 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+// The first position a token at `pos` sees.
+int64_t first_visible(const AttentionShape& s, int64_t pos) {
+  return s.window > 0 ? std::max<int64_t>(0, pos - s.window + 1) : 0;
+}
+
 // Prompt batches: a task is a block of tokens × the `group` query heads of one KV head, run as
 // contiguous rows through cpu::attend_rows; blocks ending later (more positions) go first.
 void attend_blocks(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
@@ -43,19 +48,28 @@ void attend_blocks(const AttentionShape& s, const float* q, int64_t n_tokens, in
     if (bl.out.size() < static_cast<size_t>(rows * s.head_dim_v)) {
       bl.out.resize(static_cast<size_t>(rows * s.head_dim_v));
     }
-    if (bl.n_vis.size() < static_cast<size_t>(rows)) bl.n_vis.resize(static_cast<size_t>(rows));
+    if (bl.n_vis.size() < static_cast<size_t>(rows)) {
+      bl.n_vis.resize(static_cast<size_t>(rows));
+      bl.first_vis.resize(static_cast<size_t>(rows));
+      bl.sinks.resize(static_cast<size_t>(rows));
+    }
     // Row r is token t0 + r / group, query head hk * group + r % group: a token's rows are its
     // group of heads, side by side in q and in out.
     const int64_t qw = group * s.head_dim_k, ow = group * s.head_dim_v;
     for (int64_t i = 0; i < nt; ++i) {
       const float* src = q + (t0 + i) * s.n_head * s.head_dim_k + hk * qw;
       std::copy(src, src + qw, bl.q.data() + i * qw);
-      std::fill_n(bl.n_vis.data() + i * group, group, pos0 + t0 + i + 1);
+      const int64_t pos = pos0 + t0 + i;
+      std::fill_n(bl.n_vis.data() + i * group, group, pos + 1);
+      std::fill_n(bl.first_vis.data() + i * group, group, first_visible(s, pos));
+      if (s.sinks) std::copy_n(s.sinks + hk * group, group, bl.sinks.data() + i * group);
     }
     cpu::AttendRows a;
     a.q = bl.q.data();
     a.n_rows = rows;
     a.n_vis = bl.n_vis.data();
+    if (s.window > 0) a.first_vis = bl.first_vis.data();
+    if (s.sinks) a.sinks = bl.sinks.data();
     a.k = K + hk * s.head_dim_k;
     a.v = V + hk * s.head_dim_v;
     a.k_stride = k_stride;
@@ -132,20 +146,22 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
     const float* qi = q + i * s.n_head * s.head_dim_k + h * s.head_dim_k;
     float* sc = scratch.scores.data() + static_cast<size_t>(thread) * per_thread;
     const int64_t n_vis = pos0 + i + 1;  // causal: positions 0..pos0+i
-    float max = -INFINITY;
-    for (int64_t j = 0; j < n_vis; ++j) {
+    const int64_t j0 = first_visible(s, pos0 + i);
+    // A sink joins the max and the denominator as llama.cpp's softmax does.
+    float max = s.sinks ? s.sinks[h] : -INFINITY;
+    for (int64_t j = j0; j < n_vis; ++j) {
       sc[j] = dot_f32(qi, K + j * k_stride + hk * s.head_dim_k, s.head_dim_k) * s.scale;
       max = std::max(max, sc[j]);
     }
-    double sum = 0;
-    for (int64_t j = 0; j < n_vis; ++j) {
+    double sum = s.sinks ? std::exp(s.sinks[h] - max) : 0.0;
+    for (int64_t j = j0; j < n_vis; ++j) {
       sc[j] = std::exp(sc[j] - max);
       sum += sc[j];
     }
     const float inv = static_cast<float>(1.0 / sum);
     float* o = out + i * s.n_head * s.head_dim_v + h * s.head_dim_v;
     std::fill(o, o + s.head_dim_v, 0.0f);
-    for (int64_t j = 0; j < n_vis; ++j) {
+    for (int64_t j = j0; j < n_vis; ++j) {
       const float p = sc[j] * inv;
       const float* vj = V + j * v_stride + hk * s.head_dim_v;
       for (int64_t d = 0; d < s.head_dim_v; ++d) o[d] += p * vj[d];

@@ -8,8 +8,10 @@
 
 namespace moe::model {
 
-void route_token(const float* logits, int64_t n_expert, int64_t k, const int32_t* forced,
-                 float* probs, int32_t* ids, float* weights) {
+namespace {
+
+// probs = softmax(logits) over every expert.
+void softmax_all(const float* logits, int64_t n_expert, float* probs) {
   float max = logits[0];
   for (int64_t e = 1; e < n_expert; ++e) max = std::max(max, logits[e]);
   double sum = 0;
@@ -19,7 +21,11 @@ void route_token(const float* logits, int64_t n_expert, int64_t k, const int32_t
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t e = 0; e < n_expert; ++e) probs[e] *= inv;
+}
 
+// ids = `forced` (checked) or the top k of `score` (ties: lower id first).
+void select_experts(const float* score, int64_t n_expert, int64_t k, const int32_t* forced,
+                    int32_t* ids) {
   if (forced) {
     for (int64_t j = 0; j < k; ++j) {
       if (forced[j] < 0 || forced[j] >= n_expert) {
@@ -41,12 +47,20 @@ void route_token(const float* logits, int64_t n_expert, int64_t k, const int32_t
         const bool chosen = masked ? ((taken[e >> 6] >> (e & 63)) & 1) != 0
                                    : std::find(ids, ids + j, static_cast<int32_t>(e)) != ids + j;
         if (chosen) continue;
-        if (best < 0 || probs[e] > probs[best]) best = static_cast<int32_t>(e);
+        if (best < 0 || score[e] > score[best]) best = static_cast<int32_t>(e);
       }
       ids[j] = best;
       if (masked && best >= 0) taken[best >> 6] |= uint64_t{1} << (best & 63);
     }
   }
+}
+
+}  // namespace
+
+void route_token(const float* logits, int64_t n_expert, int64_t k, const int32_t* forced,
+                 float* probs, int32_t* ids, float* weights) {
+  softmax_all(logits, n_expert, probs);
+  select_experts(probs, n_expert, k, forced, ids);
   float wsum = 0;
   for (int64_t j = 0; j < k; ++j) {
     weights[j] = probs[ids[j]];
@@ -54,6 +68,22 @@ void route_token(const float* logits, int64_t n_expert, int64_t k, const int32_t
   }
   const float denom = std::max(wsum, 6.103515625e-5f);
   for (int64_t j = 0; j < k; ++j) weights[j] /= denom;
+}
+
+void route_token_softmax_weight(const float* logits, int64_t n_expert, int64_t k,
+                                const int32_t* forced, float* probs, int32_t* ids, float* weights) {
+  softmax_all(logits, n_expert, probs);
+  // Selected on the logits themselves: exp can round two close logits to one probability.
+  select_experts(logits, n_expert, k, forced, ids);
+  float wmax = logits[ids[0]];
+  for (int64_t j = 1; j < k; ++j) wmax = std::max(wmax, logits[ids[j]]);
+  double wsum = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    weights[j] = std::exp(logits[ids[j]] - wmax);
+    wsum += weights[j];
+  }
+  const float winv = static_cast<float>(1.0 / wsum);
+  for (int64_t j = 0; j < k; ++j) weights[j] *= winv;
 }
 
 }  // namespace moe::model

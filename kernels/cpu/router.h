@@ -13,4 +13,10 @@ namespace moe::model {
 void route_token(const float* logits, int64_t n_expert, int64_t k, const int32_t* forced,
                  float* probs, int32_t* ids, float* weights);
 
+// gpt-oss (llama.cpp's SOFTMAX_WEIGHT gating): the top k by logit (ties: lower id first), weights
+// = softmax over the k chosen logits only. probs (for traces) is still the softmax over all
+// logits, whose order is the logits'. `forced` as in route_token.
+void route_token_softmax_weight(const float* logits, int64_t n_expert, int64_t k,
+                                const int32_t* forced, float* probs, int32_t* ids, float* weights);
+
 }  // namespace moe::model
