@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "experts/model_config.h"
 #include "experts/tensor_table.h"
+#include "kernels/cpu/activations.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace moe::model {
@@ -21,12 +22,16 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+void add_bias(float* y, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += b[i];
+}
+
 }  // namespace
 
 CpuExpertExecutor::CpuExpertExecutor(std::vector<ExpertLayerTensors> layers, int64_t n_embd,
                                      int64_t n_ff, int64_t n_expert, cpu::ThreadPool& pool,
-                                     cpu::Isa isa)
-    : n_embd_(n_embd), n_ff_(n_ff), n_expert_(n_expert), pool_(pool), isa_(isa) {
+                                     cpu::Isa isa, ExpertActivation act)
+    : n_embd_(n_embd), n_ff_(n_ff), n_expert_(n_expert), act_(act), pool_(pool), isa_(isa) {
   layers_.resize(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
     const ExpertLayerTensors& t = layers[l];
@@ -34,8 +39,14 @@ CpuExpertExecutor::CpuExpertExecutor(std::vector<ExpertLayerTensors> layers, int
       throw Error("expert executor: layer tensors missing");
     }
     layers_[l].resize(static_cast<size_t>(n_expert));
+    // Biases are F32 [n_out, n_expert] (require_expert_biases): expert e's row, read in place.
+    const auto bias = [](const gguf::TensorInfo* b, int64_t e, int64_t n) -> const float* {
+      return b ? reinterpret_cast<const float*>(b->data) + e * n : nullptr;
+    };
     for (int64_t e = 0; e < n_expert; ++e) {
-      layers_[l][static_cast<size_t>(e)] = {t.gate.matrix(e), t.up.matrix(e), t.down.matrix(e)};
+      layers_[l][static_cast<size_t>(e)] = {t.gate.matrix(e),         t.up.matrix(e),
+                                            t.down.matrix(e),         bias(t.gate_bias, e, n_ff),
+                                            bias(t.up_bias, e, n_ff), bias(t.down_bias, e, n_embd)};
     }
   }
   count_.resize(static_cast<size_t>(n_expert));
@@ -93,14 +104,22 @@ void CpuExpertExecutor::run(int64_t layer, const float* x, int64_t n_tokens,
   }
 }
 
-void CpuExpertExecutor::swiglu_rows(float* g, const float* u, int64_t rows) {
+void CpuExpertExecutor::glu_rows(const std::vector<ExpertWeights>& experts, float* g, float* u,
+                                 int64_t rows) {
   // Serial, this took 40 us of a 16-thread decode layer (8 rows of 768 exponentials).
   pool_.parallel_for(rows, [&](int64_t r, int) {
     float* gr = g + r * n_ff_;
-    const float* ur = u + r * n_ff_;
-    for (int64_t i = 0; i < n_ff_; ++i) {
-      const float gv = gr[i];
-      gr[i] = gv / (1.0f + std::exp(-gv)) * ur[i];
+    float* ur = u + r * n_ff_;
+    const ExpertWeights& w = experts[static_cast<size_t>(row_expert_[static_cast<size_t>(r)])];
+    if (w.gate_b) add_bias(gr, w.gate_b, n_ff_);
+    if (w.up_b) add_bias(ur, w.up_b, n_ff_);
+    if (act_ == ExpertActivation::SwigluOai) {
+      for (int64_t i = 0; i < n_ff_; ++i) gr[i] = swiglu_oai(gr[i], ur[i]);
+    } else {
+      for (int64_t i = 0; i < n_ff_; ++i) {
+        const float gv = gr[i];
+        gr[i] = gv / (1.0f + std::exp(-gv)) * ur[i];
+      }
     }
   });
 }
@@ -114,11 +133,13 @@ void CpuExpertExecutor::run_batched(const std::vector<ExpertWeights>& experts, c
   grow(xg_, static_cast<size_t>(n_items * n_embd_));
   grow(g_, static_cast<size_t>(n_items * n_ff_));
   grow(u_, static_cast<size_t>(n_items * n_ff_));
+  grow(row_expert_, static_cast<size_t>(n_items));
   jobs_.clear();
   for (int64_t e = 0; e < n_expert_; ++e) {
     const int64_t begin = offset_[static_cast<size_t>(e)];
     const int64_t cnt = offset_[static_cast<size_t>(e) + 1] - begin;
     if (cnt == 0) continue;
+    std::fill_n(row_expert_.begin() + begin, cnt, static_cast<int32_t>(e));
     // An expert with one token reads that token's row in place, so every expert of a decode
     // token has the same input and matmul_batch converts it once; more rows are gathered.
     const float* xe =
@@ -136,7 +157,7 @@ void CpuExpertExecutor::run_batched(const std::vector<ExpertWeights>& experts, c
     jobs_.push_back({w.up, xe, cnt, u_.data() + begin * n_ff_});
   }
   cpu::matmul_batch(jobs_, pool_, mm_scratch_, isa_);
-  swiglu_rows(g_.data(), u_.data(), n_items);
+  glu_rows(experts, g_.data(), u_.data(), n_items);
   jobs_.clear();
   for (int64_t e = 0; e < n_expert_; ++e) {
     const int64_t begin = offset_[static_cast<size_t>(e)];
@@ -148,19 +169,19 @@ void CpuExpertExecutor::run_batched(const std::vector<ExpertWeights>& experts, c
   }
   cpu::matmul_batch(jobs_, pool_, mm_scratch_, isa_);
   for (int64_t r = 0; r < n_items; ++r) {
-    std::memcpy(item_out_.data() + order_[static_cast<size_t>(r)] * n_embd_,
-                xg_.data() + r * n_embd_, static_cast<size_t>(n_embd_) * sizeof(float));
+    float* y = item_out_.data() + order_[static_cast<size_t>(r)] * n_embd_;
+    std::memcpy(y, xg_.data() + r * n_embd_, static_cast<size_t>(n_embd_) * sizeof(float));
+    const float* b = experts[static_cast<size_t>(row_expert_[static_cast<size_t>(r)])].down_b;
+    if (b) add_bias(y, b, n_embd_);
   }
 }
 
 std::unique_ptr<CpuExpertExecutor> cpu_experts_for(const gguf::GgufFile& f, cpu::ThreadPool& pool) {
   const ModelConfig cfg = ModelConfig::from_gguf(f);
   std::vector<ExpertLayerTensors> layers;
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    layers.push_back(require_expert_tensors(f, l, cfg.n_embd, cfg.n_ff_exp, cfg.n_expert));
-  }
+  for (int64_t l = 0; l < cfg.n_layer; ++l) layers.push_back(require_layer_experts(f, cfg, l));
   return std::make_unique<CpuExpertExecutor>(std::move(layers), cfg.n_embd, cfg.n_ff_exp,
-                                             cfg.n_expert, pool, cpu::best_isa());
+                                             cfg.n_expert, pool, cpu::best_isa(), cfg.expert_act);
 }
 
 }  // namespace moe::model

@@ -19,6 +19,7 @@ class ExpertExecutor {
   virtual ~ExpertExecutor() = default;
   // out[t] = sum over the items of token t, in item order, of
   //          weight * down_e(silu(gate_e · x[t]) ⊙ up_e · x[t]);
+  // (gpt-oss: each projection plus its expert's bias, and SwiGLU-OAI in place of silu · up);
   // x and out are [n_tokens, n_embd]; rows of tokens without items are zero.
   virtual void run(int64_t layer, const float* x, int64_t n_tokens,
                    std::span<const ExpertItem> items, float* out) = 0;

@@ -71,4 +71,33 @@ ExpertLayerTensors require_expert_tensors(const gguf::GgufFile& f, int64_t layer
   return et;
 }
 
+namespace {
+
+const gguf::TensorInfo* require_bias(const gguf::GgufFile& f, const std::string& name, int64_t n,
+                                     int64_t n_expert) {
+  const gguf::TensorInfo& t = require_tensor(f, name, {n, n_expert});
+  // Read in place as floats by the executors.
+  if (t.type() != GgmlType::F32) throw Error(name + ": expert biases must be F32");
+  return &t;
+}
+
+}  // namespace
+
+void require_expert_biases(const gguf::GgufFile& f, int64_t layer, int64_t n_embd, int64_t n_ff,
+                           int64_t n_expert, ExpertLayerTensors& et) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  et.gate_bias = require_bias(f, p + "ffn_gate_exps.bias", n_ff, n_expert);
+  et.up_bias = require_bias(f, p + "ffn_up_exps.bias", n_ff, n_expert);
+  et.down_bias = require_bias(f, p + "ffn_down_exps.bias", n_embd, n_expert);
+}
+
+ExpertLayerTensors require_layer_experts(const gguf::GgufFile& f, const ModelConfig& cfg,
+                                         int64_t layer) {
+  ExpertLayerTensors et = require_expert_tensors(f, layer, cfg.n_embd, cfg.n_ff_exp, cfg.n_expert);
+  if (cfg.expert_bias) {
+    require_expert_biases(f, layer, cfg.n_embd, cfg.n_ff_exp, cfg.n_expert, et);
+  }
+  return et;
+}
+
 }  // namespace moe::model

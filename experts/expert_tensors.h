@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/gguf.h"
+#include "experts/model_config.h"
 #include "kernels/cpu/matmul.h"
 
 namespace moe::model {
@@ -36,6 +37,9 @@ struct ExpertProjection {
 
 struct ExpertLayerTensors {
   ExpertProjection gate, up, down;
+  // gpt-oss: per-expert biases, F32 [n_ff, n_expert] (gate, up) and [n_embd, n_expert] (down),
+  // added after each projection; null when the model has none. Not among tensors().
+  const gguf::TensorInfo *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
   // The distinct file tensors behind the three projections (two when gate and up are fused).
   std::vector<const gguf::TensorInfo*> tensors() const;
   uint64_t bytes() const;  // of those tensors
@@ -47,5 +51,15 @@ struct ExpertLayerTensors {
 // process, which computes with them.
 ExpertLayerTensors require_expert_tensors(const gguf::GgufFile& f, int64_t layer, int64_t n_embd,
                                           int64_t n_ff, int64_t n_expert);
+
+// Layer `layer`'s blk.L.ffn_{gate,up,down}_exps.bias into `et`, each checked for presence, exact
+// shape and type F32 (moe::Error naming the tensor otherwise).
+void require_expert_biases(const gguf::GgufFile& f, int64_t layer, int64_t n_embd, int64_t n_ff,
+                           int64_t n_expert, ExpertLayerTensors& et);
+
+// What the model config says a layer's experts have: require_expert_tensors, plus
+// require_expert_biases where cfg.expert_bias.
+ExpertLayerTensors require_layer_experts(const gguf::GgufFile& f, const ModelConfig& cfg,
+                                         int64_t layer);
 
 }  // namespace moe::model

@@ -111,6 +111,60 @@ void read_hybrid_keys(const gguf::GgufFile& f, const std::string& a, ModelConfig
   if (sum == 0) throw Error(skey + ": all sections are zero");
 }
 
+// gpt-oss: the sliding window and its layer pattern, YaRN, and the experts' gating, activation and
+// biases (llama.cpp's LLM_ARCH_OPENAI_MOE).
+void read_gpt_oss_keys(const gguf::GgufFile& f, const std::string& a, ModelConfig& c) {
+  c.n_swa = require_dim(f, a + "attention.sliding_window");
+  // sliding_window_pattern: a period n (layer l slides when l % n < n - 1; llama.cpp's default 2
+  // makes the even layers sliding and the odd ones full) or one flag per layer.
+  const std::string pkey = a + "attention.sliding_window_pattern";
+  c.swa.assign(static_cast<size_t>(c.n_layer), 0);
+  const gguf::Value* pv = f.find(pkey);
+  if (const auto* arr = pv ? std::get_if<gguf::ArrayValue>(&pv->v) : nullptr) {
+    if (arr->count != static_cast<uint64_t>(c.n_layer)) {
+      throw Error(pkey + ": array has " + std::to_string(arr->count) + " entries, expected " +
+                  std::to_string(c.n_layer) + " (one per layer)");
+    }
+    for (int64_t l = 0; l < c.n_layer; ++l) c.swa[static_cast<size_t>(l)] = arr->int_at(l) != 0;
+  } else {
+    const uint64_t period = pv ? f.require_uint(pkey) : 2;
+    if (period > static_cast<uint64_t>(kMaxDim)) {
+      throw Error(pkey + ": invalid value " + std::to_string(period));
+    }
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      c.swa[static_cast<size_t>(l)] = period == 0 || static_cast<uint64_t>(l) % period < period - 1;
+    }
+  }
+  const std::string tkey = a + "rope.scaling.type";
+  const std::string type = f.find(tkey) ? std::string(f.require_string(tkey)) : "none";
+  if (type == "none") {
+    c.rope_scaling = RopeScaling::None;
+  } else if (type == "linear") {
+    c.rope_scaling = RopeScaling::Linear;
+  } else if (type == "yarn") {
+    c.rope_scaling = RopeScaling::Yarn;
+  } else {
+    throw Error(tkey + ": unsupported rope scaling '" + type + "' (supported: none, linear, yarn)");
+  }
+  if (c.rope_scaling != RopeScaling::None) {
+    const std::string fkey = a + "rope.scaling.factor";
+    const double factor = f.get_float(fkey, 1.0);
+    if (!(factor >= 1.0 && factor <= 1e6)) {
+      throw Error(fkey + ": invalid value " + std::to_string(factor) + " (expected >= 1)");
+    }
+    c.rope_scaling_factor = static_cast<float>(factor);
+    const std::string okey = a + "rope.scaling.original_context_length";
+    c.rope_n_ctx_orig = f.find(okey) ? require_dim(f, okey) : c.n_ctx_train;
+    const std::string akey = a + "rope.scaling.attn_factor";
+    const double attn = f.get_float(akey, 1.0);
+    if (!(attn > 0 && attn < 1e3)) throw Error(akey + ": invalid value " + std::to_string(attn));
+    c.rope_attn_factor = static_cast<float>(attn);
+  }
+  c.gating = ExpertGating::SoftmaxWeight;
+  c.expert_act = ExpertActivation::SwigluOai;
+  c.expert_bias = true;
+}
+
 }  // namespace
 
 int64_t ModelConfig::max_n_head() const { return *std::max_element(n_head.begin(), n_head.end()); }
@@ -195,6 +249,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
     throw Error("token_embd.weight: expected a 2-D tensor [n_embd, n_vocab]");
   }
   c.n_vocab = embd->ne[1];
+  if (c.arch == "gpt-oss") read_gpt_oss_keys(f, a, c);
   if (hybrid) {
     read_hybrid_keys(f, a, c);
     if (c.head_dim_k != c.head_dim_v) {

@@ -10,6 +10,20 @@
 
 namespace moe::model {
 
+// How a token's routed experts and their weights come from the router logits.
+enum class ExpertGating : uint8_t {
+  Softmax,        // softmax over every expert, top k, weights renormalized (qwen3moe, qwen35moe)
+  SoftmaxWeight,  // top k by logit, weights = softmax over the k chosen logits (gpt-oss)
+};
+
+// An expert's FFN: down(act(gate · x, up · x)).
+enum class ExpertActivation : uint8_t {
+  SiluGlu,    // silu(g) * u
+  SwigluOai,  // gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
+};
+
+enum class RopeScaling : uint8_t { None, Linear, Yarn };
+
 struct ModelConfig {
   std::string arch;                // general.architecture
   int64_t n_layer = 0;             // main layers: {arch}.block_count - nextn_predict_layers
@@ -38,6 +52,19 @@ struct ModelConfig {
   int64_t n_ff_shexp = 0;                  // expert_shared_feed_forward_length
   std::array<int64_t, 4> rope_sections{};  // rope.dimension_sections (IMROPE)
 
+  // gpt-oss; the defaults describe the qwen architectures (no window, no scaling, no biases).
+  int64_t n_swa = 0;         // attention.sliding_window (0: none)
+  std::vector<uint8_t> swa;  // per main layer: 1 = sliding-window attention; empty = none
+  RopeScaling rope_scaling = RopeScaling::None;  // rope.scaling.type
+  float rope_scaling_factor = 1.0f;              // rope.scaling.factor
+  int64_t rope_n_ctx_orig = 0;    // rope.scaling.original_context_length (default context_length)
+  float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;  // llama.cpp's defaults
+  ExpertGating gating = ExpertGating::Softmax;
+  ExpertActivation expert_act = ExpertActivation::SiluGlu;
+  bool expert_bias = false;  // ffn_{gate,up,down}_exps.bias and ffn_gate_inp.bias
+
+  bool is_swa(int64_t layer) const { return !swa.empty() && swa[static_cast<size_t>(layer)] != 0; }
   bool is_recurrent(int64_t layer) const {
     return !recurrent.empty() && recurrent[static_cast<size_t>(layer)] != 0;
   }

@@ -39,8 +39,10 @@ int64_t check_chunks(std::span<const SequenceChunk> chunks, int64_t n_vocab) {
 
 void route_batch(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, int64_t layer,
                  int64_t pos0, const ForwardHooks* hooks, int32_t* forced, float* probs,
-                 int32_t* ids, float* weights, cpu::ThreadPool* pool) {
+                 int32_t* ids, float* weights, cpu::ThreadPool* pool, ExpertGating gating) {
   const bool hooked = hooks && hooks->force_experts;
+  const auto route =
+      gating == ExpertGating::SoftmaxWeight ? route_token_softmax_weight : route_token;
   // Tokens route independently; a prefill batch's routing is worth spreading over the pool (the
   // hook and its `forced` scratch are for one thread).
   constexpr int64_t kTokensPerTask = 32;
@@ -48,16 +50,16 @@ void route_batch(const float* logits, int64_t n_tokens, int64_t n_expert, int64_
     pool->parallel_for((n_tokens + kTokensPerTask - 1) / kTokensPerTask, [&](int64_t task, int) {
       const int64_t end = std::min(n_tokens, (task + 1) * kTokensPerTask);
       for (int64_t i = task * kTokensPerTask; i < end; ++i) {
-        route_token(logits + i * n_expert, n_expert, k, nullptr, probs + i * n_expert, ids + i * k,
-                    weights + i * k);
+        route(logits + i * n_expert, n_expert, k, nullptr, probs + i * n_expert, ids + i * k,
+              weights + i * k);
       }
     });
     return;
   }
   for (int64_t i = 0; i < n_tokens; ++i) {
     const bool force = hooked && hooks->force_experts(layer, pos0 + i, forced);
-    route_token(logits + i * n_expert, n_expert, k, force ? forced : nullptr, probs + i * n_expert,
-                ids + i * k, weights + i * k);
+    route(logits + i * n_expert, n_expert, k, force ? forced : nullptr, probs + i * n_expert,
+          ids + i * k, weights + i * k);
   }
 }
 

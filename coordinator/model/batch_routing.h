@@ -21,9 +21,11 @@ int64_t check_chunks(std::span<const SequenceChunk> chunks, int64_t n_vocab);
 // position pos0 + i, and hooks->force_experts (when set) may choose its experts instead.
 // `forced` is scratch for k ids. probs [n_tokens, n_expert], ids and weights [n_tokens, k].
 // With `pool` (idle) and no force_experts hook, the tokens are routed on the pool's threads.
+// `gating` SoftmaxWeight routes with route_token_softmax_weight (gpt-oss).
 void route_batch(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, int64_t layer,
                  int64_t pos0, const ForwardHooks* hooks, int32_t* forced, float* probs,
-                 int32_t* ids, float* weights, cpu::ThreadPool* pool = nullptr);
+                 int32_t* ids, float* weights, cpu::ThreadPool* pool = nullptr,
+                 ExpertGating gating = ExpertGating::Softmax);
 
 // The LayerTrace of a routed batch (attn_residual left null).
 LayerTrace layer_trace(const ModelConfig& cfg, int64_t layer, int64_t pos0, int64_t n_tokens,

@@ -19,7 +19,7 @@ void CpuForward::set_experts(std::vector<ExpertLayerTensors> tensors,
   moe_.set_executor(experts ? std::move(experts)
                             : std::make_unique<CpuExpertExecutor>(std::move(tensors), cfg_.n_embd,
                                                                   cfg_.n_ff_exp, cfg_.n_expert,
-                                                                  pool_, isa_));
+                                                                  pool_, isa_, cfg_.expert_act));
 }
 
 void CpuForward::reserve(int64_t n) {

@@ -22,10 +22,12 @@ class RoutedMoeCpu {
   void set_executor(std::unique_ptr<ExpertExecutor> experts) { experts_ = std::move(experts); }
   // Grow-only scratch for n tokens: steady-state decoding allocates nothing.
   void reserve(int64_t n_tokens);
-  // out[n, n_embd] = the routed experts of layer l on the normed rows xn.
+  // out[n, n_embd] = the routed experts of layer l on the normed rows xn; `router_bias`
+  // (n_expert floats, gpt-oss) is added to the router logits. The config's gating picks the
+  // experts and their weights.
   void run(int64_t l, const cpu::WeightMatrix& router, const float* xn, int64_t n, int64_t pos0,
            const ForwardHooks* hooks, float* out, cpu::ThreadPool& pool, cpu::MatmulScratch& mm,
-           cpu::Isa isa);
+           cpu::Isa isa, const float* router_bias = nullptr);
   // The last run's routing with the layer's output rows l_out.
   LayerTrace trace(int64_t l, int64_t pos0, int64_t n, const float* l_out) const;
 
