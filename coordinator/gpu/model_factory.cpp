@@ -74,6 +74,11 @@ std::unique_ptr<model::ModelArch> create_model(const gguf::GgufFile& file, cpu::
     if (placement) *placement = "CPU: every layer and expert on the CPU (-ngl 0)";
     return m;
   }
+  // Refused before anything touches CUDA: the GPU forwards have no sinks, windows, YaRN or
+  // biased SwiGLU-OAI experts yet.
+  if (file.require_string("general.architecture") == "gpt-oss") {
+    throw Error("gpt-oss runs on the CPU only for now: use -ngl 0");
+  }
 #ifdef MOE_HAVE_CUDA
   const std::string_view arch = file.require_string("general.architecture");
   if (arch == "qwen3moe") {

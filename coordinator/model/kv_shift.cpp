@@ -26,9 +26,22 @@ void check_shift(const KvCache& cache, const ModelConfig& cfg, int64_t n_keep, i
   }
 }
 
+RopeYarn rope_params(const ModelConfig& cfg) {
+  if (cfg.rope_scaling == RopeScaling::None) return {};
+  return rope_yarn_params(cfg.n_rot, cfg.rope_freq_base, cfg.rope_scaling_factor,
+                          cfg.rope_n_ctx_orig, cfg.yarn_beta_fast, cfg.yarn_beta_slow,
+                          cfg.rope_attn_factor, cfg.rope_scaling == RopeScaling::Yarn);
+}
+
 std::vector<float> shift_angles(const ModelConfig& cfg, int64_t n_discard) {
   std::vector<float> cs(static_cast<size_t>(cfg.n_rot));
-  rope_angles(-n_discard, cfg.n_rot, cfg.rope_freq_base, cs.data());
+  if (cfg.rope_scaling == RopeScaling::None) {
+    rope_angles(-n_discard, cfg.n_rot, cfg.rope_freq_base, cs.data());
+  } else {
+    RopeYarn y = rope_params(cfg);
+    y.mscale = 1.0f;  // a pure rotation: the stored row keeps its magnitude
+    rope_angles_yarn(-n_discard, cfg.n_rot, cfg.rope_freq_base, y, cs.data());
+  }
   return cs;
 }
 

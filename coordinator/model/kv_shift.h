@@ -12,6 +12,7 @@
 
 #include "coordinator/model/kv_cache.h"
 #include "experts/model_config.h"
+#include "kernels/cpu/rope.h"
 
 namespace moe::model {
 
@@ -20,9 +21,14 @@ namespace moe::model {
 // n_keep + n_discard <= cache.n_past().
 void check_shift(const KvCache& cache, const ModelConfig& cfg, int64_t n_keep, int64_t n_discard);
 
+// The RoPE scaling of `cfg` (none, linear, YaRN) as rope_angles_yarn takes it: what the forward
+// ropes q and k with.
+RopeYarn rope_params(const ModelConfig& cfg);
+
 // The cos/sin table (rope_angles' layout, n_rot floats) that moves a K row n_discard positions
-// back: the angles of position -n_discard. The GPU shift takes the host's table so that both
-// shifts agree to the bit (device cosf/sinf differ from the host's by an ulp).
+// back: the angles of position -n_discard (with a YaRN model's frequencies but without its
+// magnitude factor, which the stored row already carries). The GPU shift takes the host's table so
+// that both shifts agree to the bit (device cosf/sinf differ from the host's by an ulp).
 std::vector<float> shift_angles(const ModelConfig& cfg, int64_t n_discard);
 
 // The shift on a cache with host storage: rows moved (K re-roped), then

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "coordinator/model/batch_routing.h"
+#include "coordinator/model/gpt_oss.h"
 #include "coordinator/model/kv_shift.h"
 #include "coordinator/model/qwen35moe.h"
 #include "coordinator/model/qwen3moe.h"
@@ -28,8 +29,9 @@ std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::Th
   const std::string_view arch = file.require_string("general.architecture");
   if (arch == "qwen3moe") return std::make_unique<Qwen3Moe>(file, pool, std::move(experts));
   if (arch == "qwen35moe") return std::make_unique<Qwen35Moe>(file, pool, std::move(experts));
+  if (arch == "gpt-oss") return std::make_unique<GptOss>(file, pool, std::move(experts));
   throw Error("unsupported model architecture '" + std::string(arch) +
-              "' (supported: qwen3moe, qwen35moe)");
+              "' (supported: qwen3moe, qwen35moe, gpt-oss)");
 }
 
 }  // namespace moe::model
