@@ -34,7 +34,7 @@ Golden load_golden(const fs::path& dir, int64_t n_layer, GoldenExtras extras) {
     const std::string L = std::to_string(l);
     g.topk.push_back(read_raw<int32_t>(dir / ("moe_topk_" + L + ".i32")));
     g.gen_topk.push_back(read_raw<int32_t>(dir / ("gen_moe_topk_" + L + ".i32")));
-    g.l_out.push_back(read_raw<float>(dir / ("l_out_" + L + ".f32")));
+    if (extras.l_out) g.l_out.push_back(read_raw<float>(dir / ("l_out_" + L + ".f32")));
     if (extras.attn_residual) {
       g.attn_res.push_back(read_raw<float>(dir / ("attn_residual_" + L + ".f32")));
     }
@@ -81,6 +81,7 @@ RoutingStats compare_routing(const Choices& ch, const Golden& g, int64_t n_layer
                              int64_t n_pos, double tie) {
   RoutingStats st;
   const int64_t n_prompt = g.n_prompt();
+  n_pos = std::min(n_pos, g.n_routed(k));
   for (int64_t pos = 0; pos < n_pos; ++pos) {
     for (int64_t l = 0; l < n_layer; ++l) {
       const auto it = ch.find({l, pos});

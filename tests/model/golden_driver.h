@@ -28,6 +28,7 @@ constexpr int64_t kGoldenCtx = 512;  // the context of the golden runs
 struct GoldenExtras {
   bool attn_residual = false;
   bool router_logits = false;
+  bool l_out = true;  // l_out_L.f32 (the gpt-oss goldens have none)
 };
 
 // One golden folder (model, prompt) of a llama.cpp run: the prompt batch then greedy decode steps.
@@ -42,6 +43,11 @@ struct Golden {
 
   int64_t n_prompt() const { return static_cast<int64_t>(prompt.size()); }
   int64_t n_greedy() const { return static_cast<int64_t>(greedy.size()); }
+  // Positions with golden experts: the prompt, then the decode steps gen_topk holds (every greedy
+  // token, or all but a final end-of-generation token that was never decoded).
+  int64_t n_routed(int64_t k) const {
+    return n_prompt() + (gen_topk.empty() ? 0 : static_cast<int64_t>(gen_topk[0].size()) / k);
+  }
   // The golden expert ids (k of them) of `layer` at position `pos` (prompt rows, then decode).
   const int32_t* experts(int64_t layer, int64_t pos, int64_t k) const;
 };
@@ -71,7 +77,7 @@ class Recorder {
   GoldenExtras extras_;
 };
 
-// Recorded choices against the golden sets for positions [0, n_pos).
+// Recorded choices against the golden sets for positions [0, n_pos) (at most g.n_routed(k)).
 struct RoutingStats {
   int64_t eq_prompt = 0, n_prompt = 0, eq_decode = 0, n_decode = 0;
   int64_t first_div_pos = INT64_MAX;    // first position with any differing layer
