@@ -291,9 +291,12 @@ void Vocab::build_eog() {
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
 
-  // gpt-oss: <|end|> only ends a message when <|return|>/<|call|> end the generation.
+  // gpt-oss (o200k_harmony) and solar-open: <|end|> only ends a message when <|return|> and
+  // <|call|> (<|calls|> and <|flush|>) end the generation, as llama.cpp decides it.
   const int32_t end = find("<|end|>");
-  if (end >= 0 && (find("<|return|>") >= 0 || find("<|call|>") >= 0)) {
+  const bool harmony = find("<|return|>") >= 0 && find("<|call|>") >= 0;
+  const bool solar = find("<|calls|>") >= 0 && find("<|flush|>") >= 0;
+  if (end >= 0 && (harmony || solar)) {
     eog_.erase(std::remove(eog_.begin(), eog_.end(), end), eog_.end());
   }
 }

@@ -78,3 +78,17 @@ TEST(TokenizerGptOss, PreTokenizerSplitsCasedRunsDigitsAndSlashes) {
 }
 
 }  // namespace
+
+// Generation ends at <|return|> and <|call|>; <|end|> closes a message in the middle of a reply
+// (analysis, then final), so it must not end generation (llama.cpp's rule for o200k_harmony).
+TEST(TokenizerGptOss, EndOfGenerationTokens) {
+  const auto& v = gptoss_tokenizer().vocab();
+  const int32_t ret = v.find("<|return|>"), call = v.find("<|call|>"), end = v.find("<|end|>");
+  ASSERT_GE(ret, 0);
+  ASSERT_GE(call, 0);
+  ASSERT_GE(end, 0);
+  EXPECT_TRUE(v.is_eog(ret));
+  EXPECT_TRUE(v.is_eog(call));
+  EXPECT_FALSE(v.is_eog(end));
+  EXPECT_FALSE(v.is_eog(v.find("<|channel|>")));
+}
