@@ -303,5 +303,44 @@ TEST(HttpQwen35, ReplyStartsInsideTheReasoningBlock) {
   EXPECT_TRUE(c.stop());
 }
 
+// gpt-oss through the whole server: the harmony template renders the prompt, the tiny MXFP4
+// model runs on the CPU, and the harmony parser splits the reply. A grammar spells the reply (the
+// random model would write noise), so the channels are known: analysis becomes reasoning_content,
+// final the content, a commentary message to functions.NAME a tool call.
+TEST(HttpGptOss, HarmonyRepliesSplitIntoReasoningContentAndToolCalls) {
+  const std::string model = (gptoss_testdata_dir() / "models/tiny-gptoss-MXFP4.gguf").string();
+  Coordinator c(model, {"-c", "1024", "--http-port", "0"});
+  const std::string base = "http://" + c.http_addr();
+  const auto ask = [&](const std::string& reply) {
+    json b = json::parse(chat_body("What is the weather in Paris?", 96, false));
+    b["grammar"] = "root ::= \"" + reply + "\"";
+    return curl("POST", base + "/v1/chat/completions", b.dump());
+  };
+  {
+    const HttpReply r =
+        ask("<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant<|channel|>final"
+            "<|message|>It is sunny.");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json msg = json::parse(r.body)["choices"][0]["message"];
+    EXPECT_EQ(msg.value("reasoning_content", std::string()), "Look it up.") << r.body;
+    EXPECT_EQ(msg.value("content", std::string()), "It is sunny.") << r.body;
+  }
+  {
+    const HttpReply r =
+        ask("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+            "{\\\"city\\\": \\\"Paris\\\"}<|call|>");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json choice = json::parse(r.body)["choices"][0];
+    ASSERT_TRUE(choice["message"].contains("tool_calls")) << r.body;
+    const json call = choice["message"]["tool_calls"][0];
+    EXPECT_EQ(call["function"]["name"], "get_weather") << r.body;
+    EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+              json::parse(R"({"city": "Paris"})"))
+        << r.body;
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << r.body;
+  }
+  EXPECT_TRUE(c.stop());
+}
+
 }  // namespace
 }  // namespace moe::test
