@@ -69,7 +69,9 @@ async function chatShort(page, text, n = 8) {
 
 test('the page streams a reply, Stop ends it on the server, settings and errors work',
   { timeout: 180000 }, async () => {
-    const c = await startCoordinator();  // -c 2048: ~20 s of greedy text here
+    // A context the greedy reply cannot fill before the test stops it: the tiny model writes
+    // ~600 tokens/s on two cores, so -c 2048 could end the reply by length before Stop.
+    const c = await startCoordinator({ ctx: 16384 });
     try {
       // The page and its headers: no key needed, a strict CSP, no sniffing, no caching.
       const res = await fetch(`${c.baseUrl}/`);

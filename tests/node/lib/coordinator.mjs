@@ -1,5 +1,6 @@
 // Starts a real moe-coordinator (HTTP on a free port) for a node test and stops it afterwards.
-//   const c = await startCoordinator({ model, args: ['--api-key', 'k'] });  c.baseUrl, c.stop()
+//   const c = await startCoordinator({ model, args: ['--api-key', 'k'], ctx: 2048 });  c.baseUrl,
+//   c.stop()
 // The binaries come from $MOE_BIN_DIR (the build's bin/), the model from $MOE_TESTDATA.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
@@ -14,14 +15,16 @@ export function testModel(name = 'tiny-qwen3moe-sv-Q8_0.gguf') {
   return path;
 }
 
-export async function startCoordinator({ model = testModel(), args = [], timeoutMs = 60000 } = {}) {
+export async function startCoordinator({
+  model = testModel(), args = [], timeoutMs = 60000, ctx = 2048,
+} = {}) {
   const bin = process.env.MOE_BIN_DIR;
   if (!bin) throw new Error('MOE_BIN_DIR is not set (the build\'s bin folder)');
   const work = mkdtempSync(join(tmpdir(), 'moe-node-'));
   const ready = join(work, 'ready');
   let log = '';
   const child = spawn(join(bin, 'moe-coordinator'),
-                      ['-m', model, '--port', '0', '--http-port', '0', '-c', '2048',
+                      ['-m', model, '--port', '0', '--http-port', '0', '-c', String(ctx),
                        '--ready-file', ready, ...args],
                       { stdio: ['ignore', 'ignore', 'pipe'] });
   child.stderr.on('data', (d) => { log += d; });
