@@ -60,6 +60,17 @@ class CpuForward : public ModelArch {
   // Refuses a cache this model cannot use (before anything runs).
   virtual void check_cache(const KvCache& /*cache*/) const {}
 
+  // The models' scratch and residual helpers: v grown to at least n (never shrunk), its data;
+  // x[i] += y[i] for n values.
+  template <typename T>
+  static T* grow(std::vector<T>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+    return v.data();
+  }
+  static void add_rows(float* x, const float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+
   ModelConfig cfg_;
   cpu::ThreadPool& pool_;
   cpu::Isa isa_;

@@ -12,20 +12,12 @@
 namespace moe::model {
 namespace {
 
-template <typename T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
-void add_rows(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-}
-
 // Each of n rows of b.size() values plus b.
 void add_bias_rows(float* x, const std::vector<float>& b, int64_t n) {
   const auto w = static_cast<int64_t>(b.size());
-  for (int64_t i = 0; i < n; ++i) add_rows(x + i * w, b.data(), w);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < w; ++j) x[i * w + j] += b[static_cast<size_t>(j)];
+  }
 }
 
 }  // namespace

@@ -17,16 +17,6 @@
 #include "kernels/cpu/rope.h"
 
 namespace moe::model {
-namespace {
-
-template <typename T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
-}  // namespace
-
 Qwen35Moe::Qwen35Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                      std::unique_ptr<ExpertExecutor> experts)
     : CpuForward(f, pool) {

@@ -11,20 +11,6 @@
 #include "kernels/cpu/rope.h"
 
 namespace moe::model {
-namespace {
-
-template <typename T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
-void add_rows(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-}
-
-}  // namespace
-
 Qwen3Moe::Qwen3Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                    std::unique_ptr<ExpertExecutor> experts)
     : CpuForward(f, pool) {

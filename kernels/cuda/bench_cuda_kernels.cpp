@@ -427,6 +427,18 @@ void bench_attention_depth(Bench& b) {
                                   std::min(rows.size(), cache.size() - off),
                                   cudaMemcpyHostToDevice));
       }
+      // Launch i's cache: the copies rotate so each launch reads from DRAM, as a step's layers do.
+      const auto layer = [&](int i) {
+        moe::cuda::DeviceKvLayer kv{};
+        kv.k_type = kv.v_type = t;
+        kv.k_elems = kv.v_elems = elems;
+        kv.k_row_bytes = kv.v_row_bytes = row_bytes;
+        kv.n_ctx = n_ctx;
+        uint8_t* c = cache.as<uint8_t>() + (i % copies) * 2 * side;
+        kv.k = c;
+        kv.v = c + side;
+        return kv;
+      };
       const int64_t S = (sh.H + 2 * sh.HK) * sh.hd;
       const auto q_host = moe::test::random_floats(S, b.rng);
       DeviceBuffer q(S * 4), out(sh.H * sh.hd * 4), pos(4);
@@ -441,14 +453,7 @@ void bench_attention_depth(Bench& b) {
         report(name.c_str(),
                time_per_launch(o,
                                [&](cudaStream_t s, int i) {
-                                 moe::cuda::DeviceKvLayer kv{};
-                                 kv.k_type = kv.v_type = t;
-                                 kv.k_elems = kv.v_elems = elems;
-                                 kv.k_row_bytes = kv.v_row_bytes = row_bytes;
-                                 kv.n_ctx = n_ctx;
-                                 uint8_t* c = cache.as<uint8_t>() + (i % copies) * 2 * side;
-                                 kv.k = c;
-                                 kv.v = c + side;
+                                 const moe::cuda::DeviceKvLayer kv = layer(i);
                                  moe::cuda::attention(kv, q.as<float>(), S, 1, p, sh.H, sh.HK,
                                                       sh.hd, sh.hd, 0.0625f, out.as<float>(),
                                                       ws.get(), ws_bytes, s, pos.as<int32_t>());
@@ -472,14 +477,7 @@ void bench_attention_depth(Bench& b) {
         report(name.c_str(),
                time_per_launch(o,
                                [&](cudaStream_t s, int i) {
-                                 moe::cuda::DeviceKvLayer kv{};
-                                 kv.k_type = kv.v_type = t;
-                                 kv.k_elems = kv.v_elems = elems;
-                                 kv.k_row_bytes = kv.v_row_bytes = row_bytes;
-                                 kv.n_ctx = n_ctx;
-                                 uint8_t* c = cache.as<uint8_t>() + (i % copies) * 2 * side;
-                                 kv.k = c;
-                                 kv.v = c + side;
+                                 const moe::cuda::DeviceKvLayer kv = layer(i);
                                  moe::cuda::attention(kv, qp.as<float>(), S, kPrompt, pos0, sh.H,
                                                       sh.HK, sh.hd, sh.hd, 0.0625f,
                                                       outp.as<float>(), wsp.get(), wsp_bytes, s);
