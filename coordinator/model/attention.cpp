@@ -27,9 +27,10 @@ int64_t first_visible(const AttentionShape& s, int64_t pos) {
 }
 
 // Prompt batches: a task is a block of tokens × the `group` query heads of one KV head, run as
-// contiguous rows through cpu::attend_rows; blocks ending later (more positions) go first.
+// contiguous rows through cpu::attend_rows; blocks ending later (more positions) go first. Row j
+// of K and V is position lo + j.
 void attend_blocks(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
-                   const float* K, const float* V, int64_t k_stride, int64_t v_stride,
+                   int64_t lo, const float* K, const float* V, int64_t k_stride, int64_t v_stride,
                    int64_t v_rot, float* out, cpu::ThreadPool& pool, AttentionScratch& scratch) {
   const int64_t group = s.n_head / s.n_head_kv;
   const int64_t block_tokens = std::max<int64_t>(1, 64 / group);  // about 64 rows per task
@@ -60,8 +61,8 @@ void attend_blocks(const AttentionShape& s, const float* q, int64_t n_tokens, in
       const float* src = q + (t0 + i) * s.n_head * s.head_dim_k + hk * qw;
       std::copy(src, src + qw, bl.q.data() + i * qw);
       const int64_t pos = pos0 + t0 + i;
-      std::fill_n(bl.n_vis.data() + i * group, group, pos + 1);
-      std::fill_n(bl.first_vis.data() + i * group, group, first_visible(s, pos));
+      std::fill_n(bl.n_vis.data() + i * group, group, pos + 1 - lo);
+      std::fill_n(bl.first_vis.data() + i * group, group, first_visible(s, pos) - lo);
       if (s.sinks) std::copy_n(s.sinks + hk * group, group, bl.sinks.data() + i * group);
     }
     cpu::AttendRows a;
@@ -94,10 +95,15 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
                const KvCache& cache, int64_t layer, float* out, cpu::ThreadPool& pool,
                AttentionScratch& scratch) {
   const int64_t n_kv = pos0 + n_tokens;
+  // Only the positions some token of the batch sees are read: with a window, from the first
+  // token's first visible one. Row j of K and V below is position lo + j.
+  const int64_t lo = first_visible(s, pos0), n_rows = n_kv - lo;
   const int64_t k_stride = s.n_head_kv * s.head_dim_k;
   const int64_t v_stride = s.n_head_kv * s.head_dim_v;
   const float* K = cache.k_f32(layer);
   const float* V = cache.v_f32(layer);
+  if (K) K += lo * k_stride;
+  if (V) V += lo * v_stride;
   // A rotated K cache holds H·k: the query is rotated alike, so q·k is unchanged.
   const int64_t k_rot = cache.k_rotation(layer), v_rot = cache.v_rotation(layer);
   if (k_rot > 0) {
@@ -109,30 +115,30 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
   }
   // Non-f32 caches are decoded once per call; rows are split among the threads.
   constexpr int64_t kRowsPerTask = 64;
-  const int64_t n_row_tasks = (n_kv + kRowsPerTask - 1) / kRowsPerTask;
+  const int64_t n_row_tasks = (n_rows + kRowsPerTask - 1) / kRowsPerTask;
   if (!K) {
-    if (scratch.k.size() < static_cast<size_t>(n_kv * k_stride)) {
-      scratch.k.resize(static_cast<size_t>(n_kv * k_stride));
+    if (scratch.k.size() < static_cast<size_t>(n_rows * k_stride)) {
+      scratch.k.resize(static_cast<size_t>(n_rows * k_stride));
     }
     pool.parallel_for(n_row_tasks, [&](int64_t t, int) {
-      const int64_t p = t * kRowsPerTask, n = std::min(kRowsPerTask, n_kv - p);
-      cache.read_k(layer, p, n, scratch.k.data() + p * k_stride);
+      const int64_t p = t * kRowsPerTask, n = std::min(kRowsPerTask, n_rows - p);
+      cache.read_k(layer, lo + p, n, scratch.k.data() + p * k_stride);
     });
     K = scratch.k.data();
   }
   if (!V) {
-    if (scratch.v.size() < static_cast<size_t>(n_kv * v_stride)) {
-      scratch.v.resize(static_cast<size_t>(n_kv * v_stride));
+    if (scratch.v.size() < static_cast<size_t>(n_rows * v_stride)) {
+      scratch.v.resize(static_cast<size_t>(n_rows * v_stride));
     }
     pool.parallel_for(n_row_tasks, [&](int64_t t, int) {
-      const int64_t p = t * kRowsPerTask, n = std::min(kRowsPerTask, n_kv - p);
-      cache.read_v(layer, p, n, scratch.v.data() + p * v_stride);
+      const int64_t p = t * kRowsPerTask, n = std::min(kRowsPerTask, n_rows - p);
+      cache.read_v(layer, lo + p, n, scratch.v.data() + p * v_stride);
     });
     V = scratch.v.data();
   }
   const int64_t group = s.n_head / s.n_head_kv;  // query heads per KV head
   if (n_tokens >= kBlockPathTokens) {
-    attend_blocks(s, q, n_tokens, pos0, K, V, k_stride, v_stride, v_rot, out, pool, scratch);
+    attend_blocks(s, q, n_tokens, pos0, lo, K, V, k_stride, v_stride, v_rot, out, pool, scratch);
     return;
   }
   // A row of scores per thread, as long as the cache can grow (decoding adds a position a step,
@@ -150,7 +156,7 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
     // A sink joins the max and the denominator as llama.cpp's softmax does.
     float max = s.sinks ? s.sinks[h] : -INFINITY;
     for (int64_t j = j0; j < n_vis; ++j) {
-      sc[j] = dot_f32(qi, K + j * k_stride + hk * s.head_dim_k, s.head_dim_k) * s.scale;
+      sc[j] = dot_f32(qi, K + (j - lo) * k_stride + hk * s.head_dim_k, s.head_dim_k) * s.scale;
       max = std::max(max, sc[j]);
     }
     double sum = s.sinks ? std::exp(s.sinks[h] - max) : 0.0;
@@ -163,7 +169,7 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
     std::fill(o, o + s.head_dim_v, 0.0f);
     for (int64_t j = j0; j < n_vis; ++j) {
       const float p = sc[j] * inv;
-      const float* vj = V + j * v_stride + hk * s.head_dim_v;
+      const float* vj = V + (j - lo) * v_stride + hk * s.head_dim_v;
       for (int64_t d = 0; d < s.head_dim_v; ++d) o[d] += p * vj[d];
     }
     // A rotated V cache gives H·out; H is its own inverse.

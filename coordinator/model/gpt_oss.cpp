@@ -99,20 +99,25 @@ void GptOss::attention_block(const Layer& L, int64_t l, int64_t n,
   shape.window = cfg_.is_swa(l) ? cfg_.n_swa : 0;
   shape.sinks = L.sinks.data();
   for (const SequenceRows& s : seqs) {
-    {
-      const OpTimer timer(prof_, Op::kRopeStore);
-      for (int64_t i = s.row0; i < s.row0 + s.n; ++i) {
-        const int64_t pos = s.pos0 + (i - s.row0);
-        rope_angles_yarn(pos, cfg_.n_rot, cfg_.rope_freq_base, rope_, rope_cs_.data());
-        rope_neox(q_.data() + i * qw, L.n_head, hd, cfg_.n_rot, rope_cs_.data());
-        rope_neox(k_.data() + i * kw, L.n_head_kv, hd, cfg_.n_rot, rope_cs_.data());
-        // Sliding-window layers keep every position too: the window is the attention's mask.
-        s.cache->store(l, pos, k_.data() + i * kw, v_.data() + i * kw);
+    // A sliding-window layer's ring holds the window of only so many tokens stored at once.
+    const int64_t step = s.cache->max_step(l);
+    for (int64_t c0 = s.row0; c0 < s.row0 + s.n; c0 += step) {
+      const int64_t c1 = std::min(c0 + step, s.row0 + s.n);
+      const int64_t pos0 = s.pos0 + (c0 - s.row0);
+      {
+        const OpTimer timer(prof_, Op::kRopeStore);
+        for (int64_t i = c0; i < c1; ++i) {
+          const int64_t pos = pos0 + (i - c0);
+          rope_angles_yarn(pos, cfg_.n_rot, cfg_.rope_freq_base, rope_, rope_cs_.data());
+          rope_neox(q_.data() + i * qw, L.n_head, hd, cfg_.n_rot, rope_cs_.data());
+          rope_neox(k_.data() + i * kw, L.n_head_kv, hd, cfg_.n_rot, rope_cs_.data());
+          s.cache->store(l, pos, k_.data() + i * kw, v_.data() + i * kw);
+        }
       }
+      const OpTimer timer(prof_, Op::kAttention);
+      attention(shape, q_.data() + c0 * qw, c1 - c0, pos0, *s.cache, l, attn_.data() + c0 * qw,
+                pool_, attn_scratch_);
     }
-    const OpTimer timer(prof_, Op::kAttention);
-    attention(shape, q_.data() + s.row0 * qw, s.n, s.pos0, *s.cache, l, attn_.data() + s.row0 * qw,
-              pool_, attn_scratch_);
   }
   {
     const OpTimer timer(prof_, Op::kAttnOut, weight_bytes(L.wo));

@@ -163,8 +163,19 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, const KvConfig& kv, KvSt
     L.k_row_bytes = static_cast<size_t>(*kb);
     L.v_row_bytes = static_cast<size_t>(*vb);
     if (storage == KvStorage::None) continue;
-    L.k.resize(L.k_row_bytes * static_cast<size_t>(n_ctx));
-    L.v.resize(L.v_row_bytes * static_cast<size_t>(n_ctx));
+    // A GPU forward sizes its own caches; a host ring is the CPU forward's.
+    if (cfg.is_swa(l) && cfg.n_swa > 0 && !kv.swa_full) {
+      if (kv.swa_slack < 1) throw Error("KV cache: the sliding-window slack must be >= 1");
+      const int64_t ring = cfg.n_swa + kv.swa_slack;
+      if (ring < n_ctx) {
+        L.ring = ring;
+        L.n_swa = cfg.n_swa;
+        ring_slack_ = kv.swa_slack;
+      }
+    }
+    const auto rows = static_cast<size_t>(L.ring > 0 ? L.ring : n_ctx);
+    L.k.resize(L.k_row_bytes * rows);
+    L.v.resize(L.v_row_bytes * rows);
   }
   if (first_attention_ < 0) first_attention_ = 0;
   if (!cfg.recurrent.empty() && storage == KvStorage::Host) rs_ = RecurrentState(cfg);
@@ -184,9 +195,19 @@ const KvCache::Layer& KvCache::layer_at(int64_t layer) const {
 
 uint64_t KvCache::bytes() const {
   uint64_t b = 0;
-  for (const Layer& L : layers_)
-    b += (L.k_row_bytes + L.v_row_bytes) * static_cast<uint64_t>(n_ctx_);
+  for (const Layer& L : layers_) {
+    b += (L.k_row_bytes + L.v_row_bytes) * static_cast<uint64_t>(L.ring > 0 ? L.ring : n_ctx_);
+  }
   return b;
+}
+
+int64_t KvCache::max_step(int64_t layer) const {
+  const Layer& L = layer_at(layer);
+  return L.ring > 0 ? L.ring - L.n_swa + 1 : n_ctx_;
+}
+
+int64_t KvCache::image_rows(const Layer& L, int64_t n_past) {
+  return L.ring > 0 ? std::min(n_past, L.ring) : n_past;
 }
 
 std::string KvCache::describe() const {
@@ -212,7 +233,15 @@ std::string KvCache::describe() const {
          std::string(kv_type_name(a.k_type)) + " V " + std::string(kv_type_name(a.v_type));
     l = last + 1;
   }
-  for (const Layer& L : layers_) rotated = rotated || L.k_rot || L.v_rot;
+  int64_t rings = 0, ring = 0;
+  for (const Layer& L : layers_) {
+    rotated = rotated || L.k_rot || L.v_rot;
+    if (L.ring > 0) ++rings, ring = L.ring;
+  }
+  if (rings > 0) {
+    s += ", " + std::to_string(rings) + " sliding-window layers keep their last " +
+         std::to_string(ring) + " positions";
+  }
   return s + (rotated ? ", quantized rows Hadamard-rotated" : "") + "; " +
          std::to_string(bytes() >> 20) + " MiB for " + std::to_string(n_ctx_) + " positions";
 }
@@ -232,14 +261,30 @@ void KvCache::truncate(int64_t n) {
 
 void KvCache::save_checkpoint() {
   checkpoint_pos_ = n_past_;
-  if (storage_ == KvStorage::Host) rs_.save(checkpoint_);
+  if (storage_ != KvStorage::Host) return;
+  rs_.save(checkpoint_);
+  checkpoint_rings_.clear();
+  for (const Layer& L : layers_) {
+    if (L.ring == 0) continue;
+    std::vector<unsigned char>& c = checkpoint_rings_.emplace_back(L.k);
+    c.insert(c.end(), L.v.begin(), L.v.end());
+  }
 }
 
 void KvCache::restore_checkpoint() {
   if (checkpoint_pos_ < 0 || checkpoint_pos_ > n_past_) {
     throw Error("KV cache: no checkpoint to go back to");
   }
-  if (storage_ == KvStorage::Host) rs_.restore(checkpoint_);
+  if (storage_ == KvStorage::Host) {
+    rs_.restore(checkpoint_);
+    size_t i = 0;
+    for (Layer& L : layers_) {
+      if (L.ring == 0) continue;
+      const std::vector<unsigned char>& c = checkpoint_rings_.at(i++);
+      std::copy_n(c.begin(), L.k.size(), L.k.begin());
+      std::copy_n(c.begin() + static_cast<std::ptrdiff_t>(L.k.size()), L.v.size(), L.v.begin());
+    }
+  }
   n_past_ = checkpoint_pos_;
 }
 
@@ -276,37 +321,59 @@ void KvCache::store(int64_t layer, int64_t pos, const float* k_row, const float*
     return static_cast<const float*>(rotated_.data());
   };
   cpu::encode_kv_row(kv_ggml_type(L.k_type), rotated(k_row, L.k_elems, L.k_rot),
-                     L.k.data() + static_cast<size_t>(pos) * L.k_row_bytes, L.k_elems);
+                     L.k.data() + L.row(pos) * L.k_row_bytes, L.k_elems);
   cpu::encode_kv_row(kv_ggml_type(L.v_type), rotated(v_row, L.v_elems, L.v_rot),
-                     L.v.data() + static_cast<size_t>(pos) * L.v_row_bytes, L.v_elems);
+                     L.v.data() + L.row(pos) * L.v_row_bytes, L.v_elems);
 }
 
 const float* KvCache::k_f32(int64_t layer) const {
   require_host("reading K");
   const Layer& L = layer_at(layer);
-  if (L.k_type != KvType::F32) return nullptr;
+  if (L.k_type != KvType::F32 || L.ring > 0) return nullptr;
   return reinterpret_cast<const float*>(L.k.data());
 }
 
 const float* KvCache::v_f32(int64_t layer) const {
   require_host("reading V");
   const Layer& L = layer_at(layer);
-  if (L.v_type != KvType::F32) return nullptr;
+  if (L.v_type != KvType::F32 || L.ring > 0) return nullptr;
   return reinterpret_cast<const float*>(L.v.data());
 }
+
+namespace {
+
+// Rows of positions [pos, pos + n) of one side of a layer: contiguous, or on a ring up to two
+// runs (before and after the wrap).
+void read_rows(GgmlType type, const std::vector<unsigned char>& data, size_t row_bytes,
+               int64_t ring, int64_t pos, int64_t n, int64_t elems, float* dst, cpu::Isa isa) {
+  if (n < 0 || pos < 0) throw Error("KV cache: negative rows requested");
+  if (ring > 0 && n > ring) {
+    throw Error("KV cache: " + std::to_string(n) +
+                " rows requested from a sliding-window ring of " + std::to_string(ring));
+  }
+  while (n > 0) {
+    const int64_t row = ring > 0 ? pos % ring : pos;
+    const int64_t run = ring > 0 ? std::min(n, ring - row) : n;
+    cpu::decode_kv_rows(type, data.data() + static_cast<size_t>(row) * row_bytes, row_bytes, run,
+                        elems, dst, isa);
+    pos += run;
+    n -= run;
+    dst += run * elems;
+  }
+}
+
+}  // namespace
 
 void KvCache::read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const {
   require_host("reading K");
   const Layer& L = layers_.at(static_cast<size_t>(layer));
-  cpu::decode_kv_rows(kv_ggml_type(L.k_type), L.k.data() + static_cast<size_t>(pos) * L.k_row_bytes,
-                      L.k_row_bytes, n, L.k_elems, dst, read_isa());
+  read_rows(kv_ggml_type(L.k_type), L.k, L.k_row_bytes, L.ring, pos, n, L.k_elems, dst, read_isa());
 }
 
 void KvCache::read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const {
   require_host("reading V");
   const Layer& L = layers_.at(static_cast<size_t>(layer));
-  cpu::decode_kv_rows(kv_ggml_type(L.v_type), L.v.data() + static_cast<size_t>(pos) * L.v_row_bytes,
-                      L.v_row_bytes, n, L.v_elems, dst, read_isa());
+  read_rows(kv_ggml_type(L.v_type), L.v, L.v_row_bytes, L.ring, pos, n, L.v_elems, dst, read_isa());
 }
 
 std::span<uint8_t> KvCache::k_row_data(int64_t layer, int64_t pos) {
@@ -316,7 +383,7 @@ std::span<uint8_t> KvCache::k_row_data(int64_t layer, int64_t pos) {
   if (L.k_row_bytes == 0 || pos < 0 || pos >= n_ctx_) {
     throw Error("KV cache: no K row " + std::to_string(pos) + " in layer " + std::to_string(layer));
   }
-  return {L.k.data() + static_cast<size_t>(pos) * L.k_row_bytes, L.k_row_bytes};
+  return {L.k.data() + L.row(pos) * L.k_row_bytes, L.k_row_bytes};
 }
 
 std::span<uint8_t> KvCache::v_row_data(int64_t layer, int64_t pos) {
@@ -326,7 +393,7 @@ std::span<uint8_t> KvCache::v_row_data(int64_t layer, int64_t pos) {
   if (L.v_row_bytes == 0 || pos < 0 || pos >= n_ctx_) {
     throw Error("KV cache: no V row " + std::to_string(pos) + " in layer " + std::to_string(layer));
   }
-  return {L.v.data() + static_cast<size_t>(pos) * L.v_row_bytes, L.v_row_bytes};
+  return {L.v.data() + L.row(pos) * L.v_row_bytes, L.v_row_bytes};
 }
 
 void KvCache::drop_positions(int64_t n_keep, int64_t n) {
@@ -356,10 +423,10 @@ void KvCache::check_image(const SequenceImage& img) const {
     throw Error("sequence image of " + std::to_string(img.n_past) + " positions for a context of " +
                 std::to_string(n_ctx_));
   }
-  const auto n = static_cast<size_t>(img.n_past);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const SequenceImage::Layer& I = img.layers[l];
+    const auto n = static_cast<size_t>(image_rows(L, img.n_past));
     const bool rec = recurrent_ && L.k_row_bytes == 0;
     const size_t conv = rec ? static_cast<size_t>(conv_floats_) : 0;
     const size_t ssm = rec ? static_cast<size_t>(ssm_floats_) : 0;
@@ -375,12 +442,17 @@ void KvCache::export_image(SequenceImage& img) const {
   require_host("exporting the sequence");
   img.n_past = n_past_;
   img.layers.assign(layers_.size(), {});
-  const auto n = static_cast<size_t>(n_past_);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     SequenceImage::Layer& I = img.layers[l];
-    I.k.assign(L.k.begin(), L.k.begin() + static_cast<std::ptrdiff_t>(n * L.k_row_bytes));
-    I.v.assign(L.v.begin(), L.v.begin() + static_cast<std::ptrdiff_t>(n * L.v_row_bytes));
+    // In position order; a ring's last rows start at position n_past - rows.
+    const int64_t rows = image_rows(L, n_past_);
+    for (int64_t p = n_past_ - rows; p < n_past_; ++p) {
+      const auto k = L.k.begin() + static_cast<std::ptrdiff_t>(L.row(p) * L.k_row_bytes);
+      const auto v = L.v.begin() + static_cast<std::ptrdiff_t>(L.row(p) * L.v_row_bytes);
+      I.k.insert(I.k.end(), k, k + static_cast<std::ptrdiff_t>(L.k_row_bytes));
+      I.v.insert(I.v.end(), v, v + static_cast<std::ptrdiff_t>(L.v_row_bytes));
+    }
   }
   if (!recurrent_) return;
   // The snapshot is every recurrent layer's conv window, then its matrices, in layer order.
@@ -404,14 +476,19 @@ void KvCache::export_image(SequenceImage& img) const {
 void KvCache::import_image(const SequenceImage& img) {
   require_host("importing the sequence");
   check_image(img);
-  const auto n = static_cast<size_t>(img.n_past);
   RecurrentState::Snapshot snap;
-  snap.zero = n == 0;
+  snap.zero = img.n_past == 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& L = layers_[l];
     const SequenceImage::Layer& I = img.layers[l];
-    std::copy(I.k.begin(), I.k.end(), L.k.begin());
-    std::copy(I.v.begin(), I.v.end(), L.v.begin());
+    const int64_t rows = image_rows(L, img.n_past);
+    for (int64_t i = 0; i < rows && L.k_row_bytes > 0; ++i) {
+      const size_t r = L.row(img.n_past - rows + i);
+      std::copy_n(I.k.begin() + static_cast<std::ptrdiff_t>(i * L.k_row_bytes), L.k_row_bytes,
+                  L.k.begin() + static_cast<std::ptrdiff_t>(r * L.k_row_bytes));
+      std::copy_n(I.v.begin() + static_cast<std::ptrdiff_t>(i * L.v_row_bytes), L.v_row_bytes,
+                  L.v.begin() + static_cast<std::ptrdiff_t>(r * L.v_row_bytes));
+    }
     if (!snap.zero) {
       snap.values.insert(snap.values.end(), I.conv.begin(), I.conv.end());
       snap.values.insert(snap.values.end(), I.ssm.begin(), I.ssm.end());

@@ -40,6 +40,9 @@ bool kv_type_quantized(KvType t);
 // Quantized K and V are rotated (llama.cpp b10587's default, --no-kv-rotation turns it off): K and
 // the query in blocks of the largest power of two >= 64 dividing the head size, V (and the
 // attention output back) in blocks of 64; head sizes that are not multiples of 64 are not rotated.
+// Sliding-window layers (gpt-oss) of a host cache keep only their last window + swa_slack positions
+// in a ring (llama.cpp's SWA cache holds the window + one ubatch likewise; the server passes its
+// batch size), unless swa_full (llama.cpp's --swa-full) or the context is no longer anyway.
 struct KvConfig {
   struct Override {
     KvType type;
@@ -48,8 +51,15 @@ struct KvConfig {
   KvType k = KvType::F16, v = KvType::F16;
   std::optional<Override> k_first, k_last, v_first, v_last;
   bool rotate = true;
+  bool swa_full = false;
+  int64_t swa_slack = 512;
 
-  static KvConfig uniform(KvType k, KvType v) { return KvConfig{k, v, {}, {}, {}, {}, true}; }
+  static KvConfig uniform(KvType k, KvType v) {
+    KvConfig c;
+    c.k = k;
+    c.v = v;
+    return c;
+  }
   // The types of attention layer `index` of n_attention.
   KvType k_type(int64_t index, int64_t n_attention) const;
   KvType v_type(int64_t index, int64_t n_attention) const;
@@ -91,18 +101,31 @@ class KvCache {
   // Throws "context length N exceeded" unless n more positions fit after n_past().
   void check_room(int64_t n) const;
 
+  // A sliding-window layer's ring: position p lives in row p % ring_rows(layer), and only the last
+  // ring_rows positions are kept; 0 for a layer that keeps every position.
+  int64_t ring_rows(int64_t layer) const { return layer_at(layer).ring; }
+  // The most tokens one store-then-attend step of a layer may take: a ring must still hold the
+  // window of its first token after storing them all (n_ctx for other layers).
+  int64_t max_step(int64_t layer) const;
+  // Whether the prompt cache needs checkpoints to go back: a recurrent state, or a ring that keeps
+  // only the last positions (truncate() can go back only a little, can_truncate_to says how far).
+  bool needs_checkpoints() const { return recurrent_ || ring_slack_ > 0; }
+
   // Writes the K and V rows of position `pos` (rotated where the layer rotates, then converted to
   // the cache types); throws for a recurrent layer.
   void store(int64_t layer, int64_t pos, const float* k_row, const float* v_row);
 
-  // Direct f32 rows [0, n_ctx) of a layer when the type is F32, else nullptr.
+  // Direct f32 rows [0, n_ctx) of a layer when the type is F32 and it keeps every position, else
+  // nullptr.
   const float* k_f32(int64_t layer) const;
   const float* v_f32(int64_t layer) const;
-  // Decodes rows [pos, pos + n) into dst (n * row_elems floats), as stored (still rotated).
+  // Decodes the rows of positions [pos, pos + n) into dst (n * row_elems floats), as stored (still
+  // rotated); on a ring, n <= ring_rows and the positions the last ring_rows stored.
   void read_k(int64_t layer, int64_t pos, int64_t n, float* dst) const;
   void read_v(int64_t layer, int64_t pos, int64_t n, float* dst) const;
-  // The stored bytes of one K / V row of an attention layer (host storage), for the context shift
-  // (kv_shift.h), which moves rows as bytes and re-encodes K.
+  // The stored bytes of position pos's K / V row of an attention layer (host storage; on a ring
+  // the row it shares with the positions ring_rows apart), for the context shift (kv_shift.h),
+  // which moves rows as bytes and re-encodes K.
   std::span<uint8_t> k_row_data(int64_t layer, int64_t pos);
   std::span<uint8_t> v_row_data(int64_t layer, int64_t pos);
   // The context shift's bookkeeping, whatever the storage: positions [n_keep, n_keep + n) are gone
@@ -129,16 +152,20 @@ class KvCache {
   }
   // Whether truncate(n) may keep the first n positions: attention K/V rows past n are simply
   // written again, but a recurrent state holds every position it saw and cannot be rewound, so a
-  // hybrid model's cache keeps all its positions or none.
+  // hybrid model's cache keeps all its positions or none; a ring goes back at most its slack
+  // (the rows of the window before n are still there).
   bool can_truncate_to(int64_t n) const {
-    return n >= 0 && n <= n_past_ && (n == n_past_ || n == 0 || !recurrent_);
+    if (n < 0 || n > n_past_) return false;
+    if (n == n_past_ || n == 0) return true;
+    return !recurrent_ && (ring_slack_ == 0 || n_past_ - n <= ring_slack_);
   }
   // Keeps positions [0, n) (the prompt cache's common prefix); moe::Error unless can_truncate_to.
   void truncate(int64_t n);
 
   // A checkpoint of the sequence at n_past() (the prompt cache of a hybrid model, whose recurrent
-  // state cannot be rewound): with host storage the recurrent state is copied here; a GPU model
-  // keeps its copy in VRAM and this records the position. Replaces the previous checkpoint.
+  // state cannot be rewound, or of one with rings): with host storage the recurrent state and the
+  // rings are copied here; a GPU model keeps its copy in VRAM and this records the position.
+  // Replaces the previous checkpoint.
   void save_checkpoint();
   // The checkpoint's position, or -1 (none, or lost to a truncation before it).
   int64_t checkpoint_pos() const { return checkpoint_pos_; }
@@ -154,9 +181,11 @@ class KvCache {
   int64_t conv_floats() const { return conv_floats_; }
   int64_t ssm_floats() const { return ssm_floats_; }
   // moe::Error naming the first difference unless `image` fits this cache: a layer entry per
-  // layer, n_past within n_ctx, rows [0, n_past) at this cache's row sizes, the recurrent shapes.
+  // layer, n_past within n_ctx, rows [0, n_past) at this cache's row sizes (a ring layer: the last
+  // min(n_past, ring_rows) of them), the recurrent shapes.
   void check_image(const SequenceImage& image) const;
-  // Rows [0, n_past()) and the committed recurrent state, copied out (host storage).
+  // Rows [0, n_past()) (a ring layer: its last min(n_past, ring_rows)) and the committed recurrent
+  // state, copied out (host storage).
   void export_image(SequenceImage& image) const;
   // check_image (nothing changes when it throws), then copies it in: n_past() = image.n_past,
   // no checkpoint (host storage).
@@ -172,9 +201,14 @@ class KvCache {
     int64_t k_rot = 0, v_rot = 0;
     int64_t k_elems = 0, v_elems = 0;
     size_t k_row_bytes = 0, v_row_bytes = 0;
+    int64_t ring = 0;  // rows of a sliding-window layer's ring; 0: n_ctx rows, one per position
+    int64_t n_swa = 0;
     std::vector<unsigned char> k, v;
+    size_t row(int64_t pos) const { return static_cast<size_t>(ring > 0 ? pos % ring : pos); }
   };
   const Layer& layer_at(int64_t layer) const;
+  // Image rows of a layer at n_past positions: n_past, or for a ring the last min(n_past, ring).
+  static int64_t image_rows(const Layer& L, int64_t n_past);
   int64_t n_ctx_;
   int64_t n_past_ = 0;
   int64_t first_attention_ = 0;
@@ -182,6 +216,8 @@ class KvCache {
   std::vector<float> rotated_;  // store()'s rotated copy of a row
   int64_t checkpoint_pos_ = -1;
   RecurrentState::Snapshot checkpoint_;
+  std::vector<std::vector<unsigned char>> checkpoint_rings_;  // per ring layer: K then V bytes
+  int64_t ring_slack_ = 0;  // how far back truncate() may go on the rings (0: no rings)
   bool recurrent_ = false;  // the model has recurrent layers (wherever their state lives)
   std::vector<Layer> layers_;
   RecurrentState rs_;

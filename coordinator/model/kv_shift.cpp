@@ -1,6 +1,8 @@
 #include "coordinator/model/kv_shift.h"
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "common/error.h"
@@ -45,6 +47,54 @@ std::vector<float> shift_angles(const ModelConfig& cfg, int64_t n_discard) {
   return cs;
 }
 
+namespace {
+
+// Re-ropes one K row in place (decoded, un-rotated, rotated by cs, rotated back, encoded).
+void rerope_k(KvCache& cache, const ModelConfig& cfg, int64_t l, std::span<uint8_t> row,
+              const float* cs, std::vector<float>& k) {
+  const GgmlType type = kv_ggml_type(cache.k_type(l));
+  const int64_t elems = cache.k_row_elems(l), rot = cache.k_rotation(l);
+  k.resize(static_cast<size_t>(elems));
+  cpu::dequantize_row(type, row.data(), k.data(), elems);
+  if (rot) cpu::hadamard_blocks(k.data(), elems, rot);
+  rope_neox(k.data(), elems / cfg.head_dim_k, cfg.head_dim_k, cfg.n_rot, cs);
+  if (rot) cpu::hadamard_blocks(k.data(), elems, rot);
+  cpu::encode_kv_row(type, k.data(), row.data(), elems);
+}
+
+// A sliding-window ring keeps only its last R positions: after the shift it needs the rows of
+// the new positions [newN - R, newN). Those from n_keep on come from n_discard later, all still
+// in the ring; they are copied aside first, since a destination row may be a source's.
+void shift_ring(KvCache& cache, int64_t l, int64_t n_keep, int64_t n_discard,
+                const ModelConfig& cfg, const float* cs) {
+  const int64_t R = cache.ring_rows(l), n_past = cache.n_past(), new_n = n_past - n_discard;
+  const int64_t first = std::max<int64_t>(0, new_n - R);
+  if (first < n_keep && first < n_past - R) {
+    throw Error("context shift: layer " + std::to_string(l) + "'s sliding-window ring no longer " +
+                "holds the kept positions its window needs (--swa-full keeps them all)");
+  }
+  const size_t kb = cache.k_row_size(l), vb = cache.v_row_size(l);
+  const int64_t from = std::max(first, n_keep);
+  std::vector<uint8_t> rows(static_cast<size_t>(new_n - from) * (kb + vb));
+  for (int64_t q = from; q < new_n; ++q) {
+    uint8_t* dst = rows.data() + static_cast<size_t>(q - from) * (kb + vb);
+    const std::span<uint8_t> k = cache.k_row_data(l, q + n_discard);
+    const std::span<uint8_t> v = cache.v_row_data(l, q + n_discard);
+    std::memcpy(dst, k.data(), kb);
+    std::memcpy(dst + kb, v.data(), vb);
+  }
+  std::vector<float> k;
+  for (int64_t q = from; q < new_n; ++q) {
+    const uint8_t* src = rows.data() + static_cast<size_t>(q - from) * (kb + vb);
+    const std::span<uint8_t> kd = cache.k_row_data(l, q);
+    std::memcpy(kd.data(), src, kb);
+    std::memcpy(cache.v_row_data(l, q).data(), src + kb, vb);
+    rerope_k(cache, cfg, l, kd, cs, k);
+  }
+}
+
+}  // namespace
+
 void shift_kv(KvCache& cache, const ModelConfig& cfg, int64_t n_keep, int64_t n_discard) {
   check_shift(cache, cfg, n_keep, n_discard);
   if (cache.storage() != KvStorage::Host) {
@@ -55,17 +105,16 @@ void shift_kv(KvCache& cache, const ModelConfig& cfg, int64_t n_keep, int64_t n_
   std::vector<float> k;
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     if (cfg.is_recurrent(l)) continue;
-    const GgmlType type = kv_ggml_type(cache.k_type(l));
-    const int64_t elems = cache.k_row_elems(l), rot = cache.k_rotation(l);
-    k.resize(static_cast<size_t>(elems));
+    if (cache.ring_rows(l) > 0) {
+      shift_ring(cache, l, n_keep, n_discard, cfg, cs.data());
+      continue;
+    }
     // Upwards: row i goes to i - n_discard, below every row still to be read.
     for (int64_t src = n_keep + n_discard; src < n_keep + n_discard + n_move; ++src) {
       const int64_t dst = src - n_discard;
-      cpu::dequantize_row(type, cache.k_row_data(l, src).data(), k.data(), elems);
-      if (rot) cpu::hadamard_blocks(k.data(), elems, rot);
-      rope_neox(k.data(), elems / cfg.head_dim_k, cfg.head_dim_k, cfg.n_rot, cs.data());
-      if (rot) cpu::hadamard_blocks(k.data(), elems, rot);
-      cpu::encode_kv_row(type, k.data(), cache.k_row_data(l, dst).data(), elems);
+      const std::span<uint8_t> kd = cache.k_row_data(l, dst);
+      std::memcpy(kd.data(), cache.k_row_data(l, src).data(), kd.size());
+      rerope_k(cache, cfg, l, kd, cs.data(), k);
       const std::span<uint8_t> v = cache.v_row_data(l, src);
       std::memcpy(cache.v_row_data(l, dst).data(), v.data(), v.size());
     }
