@@ -83,7 +83,8 @@ void SequenceSlot::start(
   if (req.cache_prompt) {
     reuse = std::min<int64_t>(static_cast<int64_t>(common_prefix(req.prompt)), n_prompt - 1);
     if (!kv.can_truncate_to(reuse)) {
-      // A recurrent state cannot be rewound: back to the checkpoint if it lies in the prefix.
+      // A recurrent state or a ring cannot go back that far: back to the checkpoint if it lies in
+      // the prefix.
       const int64_t c = kv.checkpoint_pos();
       reuse = c >= 0 && c <= reuse && model_.restore_checkpoint(kv) ? c : 0;
     }
@@ -108,9 +109,10 @@ void SequenceSlot::start(
 std::span<const int32_t> SequenceSlot::next_tokens(int64_t budget) {
   if (!in_prompt()) return {&pending_, 1};
   const auto n_prompt = static_cast<int64_t>(prompt().size());
-  // A hybrid model keeps a checkpoint just before the prompt's last token: a later prompt that
-  // shares this one (a chat's next turn, the same prompt again) resumes there.
-  const bool hybrid = model_.config().has_recurrent();
+  // A cache that cannot go back far (a recurrent state, sliding-window rings) keeps a checkpoint
+  // just before the prompt's last token: a later prompt that shares this one (a chat's next turn,
+  // the same prompt again) resumes there.
+  const bool hybrid = cache_->needs_checkpoints();
   const int64_t end = hybrid && next_prompt_ < n_prompt - 1 ? n_prompt - 1 : n_prompt;
   const int64_t n = std::min(budget, end - next_prompt_);
   return {prompt().data() + next_prompt_, static_cast<size_t>(n)};
@@ -127,7 +129,7 @@ std::optional<JobEvent> SequenceSlot::after_forward(std::span<const float> logit
                    req.prompt.begin() + next_prompt_ + n);
     next_prompt_ += n;
     progress_.prompt_tokens = next_prompt_ - progress_.cached_tokens;
-    if (model_.config().has_recurrent() && next_prompt_ == n_prompt - 1 &&
+    if (cache_->needs_checkpoints() && next_prompt_ == n_prompt - 1 &&
         cache_->checkpoint_pos() != next_prompt_) {
       model_.save_checkpoint(*cache_);
     }

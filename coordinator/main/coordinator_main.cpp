@@ -341,6 +341,9 @@ engine::EngineOptions engine_options(const Args& a, int64_t n_ctx,
   eo.kv = tools::kv_config(a.kv);
   eo.queue_capacity = a.queue_size;
   eo.n_batch = a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
+  // A sliding-window ring holds the window and one forward's tokens, as llama.cpp's SWA cache
+  // holds the window and one ubatch.
+  eo.kv.swa_slack = eo.n_batch;
   eo.context_shift = a.llama.context_shift;
   if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
   eo.metrics = metrics;

@@ -1,7 +1,8 @@
 // The KV cache flags every tool and the server share, as llama.cpp and the reference user's fork
 // spell them: -ctk/-ctv for every layer, -ctk-first/-ctk-last/-ctv-first/-ctv-last TYPE,N for the
 // first/last N attention layers, --no-kv-rotation, and ik_llama.cpp's --k-cache-hadamard /
-// --v-cache-hadamard (rotation is already the default; accepted so those command lines run).
+// --v-cache-hadamard (rotation is already the default; accepted so those command lines run), and
+// llama.cpp's --swa-full.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,6 +19,7 @@ struct KvArgs {
   std::string k_first, k_last, v_first, v_last;  // TYPE,N; empty: not given
   bool no_rotation = false;
   bool k_hadamard = false, v_hadamard = false;
+  bool swa_full = false;
 };
 
 inline void add_kv_options(CLI::App& app, KvArgs& a) {
@@ -41,6 +43,9 @@ inline void add_kv_options(CLI::App& app, KvArgs& a) {
                "rotate quantized K rows (the default; for ik_llama.cpp command lines)");
   app.add_flag("--v-cache-hadamard", a.v_hadamard,
                "rotate quantized V rows (the default; for ik_llama.cpp command lines)");
+  app.add_flag("--swa-full", a.swa_full,
+               "sliding-window layers (gpt-oss) keep every position, as llama.cpp's --swa-full "
+               "(default: their window + 512, and the prompt cache resumes from checkpoints)");
 }
 
 // moe::Error naming the flag for a bad TYPE,N or contradicting flags.
@@ -58,6 +63,7 @@ inline model::KvConfig kv_config(const KvArgs& a) {
     throw Error("--no-kv-rotation contradicts --k-cache-hadamard / --v-cache-hadamard");
   }
   c.rotate = !a.no_rotation;
+  c.swa_full = a.swa_full;
   return c;
 }
 

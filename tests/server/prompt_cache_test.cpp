@@ -85,6 +85,34 @@ TEST(PromptCache, Qwen35MoeReusesAContinuationOrItsCheckpoint) {
                          false);
 }
 
+// gpt-oss's sliding-window layers keep a ring of the window + one batch (-b 16 here): a request
+// that goes back a little truncates in the ring, one that goes back past a long reply resumes at
+// the checkpoint taken before the previous prompt's last token, as a hybrid model does.
+TEST(PromptCache, GptOssRingsGoBackALittleOrToTheCheckpoint) {
+  Coordinator c((gptoss_testdata_dir() / "models/tiny-gptoss-MXFP4.gguf").string(),
+                {"-c", "1024", "-b", "16"});
+  const std::vector<int32_t> p = tokenize(c, "The prompt cache keeps what was evaluated before.");
+  v1::GenerateRequest req = greedy(p, 40);
+  req.set_ignore_eos(true);
+  const StreamResult first = run_stream(*c.gen, req);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_EQ(first.tokens.size(), 40u);  // 39 evaluated past the prompt: beyond the ring's slack
+
+  // The previous prompt, then a reply other than the generated one.
+  std::vector<int32_t> turn = p;
+  const std::vector<int32_t> reply = tokenize(c, " A reply the model did not write.");
+  turn.insert(turn.end(), reply.begin(), reply.end());
+  const StreamResult second = generate(c, turn, 2);
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(second.finish.cached_tokens(), static_cast<int32_t>(p.size() - 1));
+
+  // The same prompt again goes back 2 positions in the ring: all but its last token.
+  const StreamResult again = generate(c, turn, 2);
+  ASSERT_TRUE(again.status.ok());
+  EXPECT_EQ(again.finish.cached_tokens(), static_cast<int32_t>(turn.size() - 1));
+  EXPECT_TRUE(c.stop());
+}
+
 double metric(const std::string& text, const std::string& name) {
   const size_t at = text.find("\n" + name + " ");
   if (at == std::string::npos) return -1;
