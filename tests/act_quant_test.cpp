@@ -62,10 +62,11 @@ TEST(ActQuant, FormatForWeightType) {
   EXPECT_EQ(moe::cpu::act_format_for(GgmlType::F32), ActFormat::F32);
   EXPECT_EQ(moe::cpu::act_format_for(GgmlType::F16), ActFormat::F16);
   EXPECT_EQ(moe::cpu::act_format_for(GgmlType::BF16), ActFormat::BF16);
-  for (const auto t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL,
-                       GgmlType::MXFP4, GgmlType::Q2_0}) {
+  for (const auto t :
+       {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::Q2_0}) {
     EXPECT_EQ(moe::cpu::act_format_for(t), ActFormat::Q8_0);
   }
+  EXPECT_EQ(moe::cpu::act_format_for(GgmlType::MXFP4), ActFormat::Q8_0U4);
   EXPECT_EQ(moe::cpu::act_format_for(GgmlType::Q4_1), ActFormat::Q8_1);
   EXPECT_EQ(moe::cpu::act_format_for(GgmlType::Q5_1), ActFormat::Q8_1);
   for (const auto t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,

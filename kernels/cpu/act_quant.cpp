@@ -31,6 +31,8 @@ const char* act_format_name(ActFormat f) {
       return "q8_1";
     case ActFormat::Q8_K:
       return "q8_K";
+    case ActFormat::Q8_0U4:
+      return "q8_0u4";
   }
   return "unknown";
 }
@@ -48,6 +50,8 @@ size_t act_block_bytes(ActFormat f) {
       return sizeof(BlockQ8_1);
     case ActFormat::Q8_K:
       return sizeof(BlockQ8_K);
+    case ActFormat::Q8_0U4:  // per block of a group; act_row_bytes rounds up to whole groups
+      return kQ8_0U4GroupBytes / 4;
   }
   throw Error("unknown activation format " + std::to_string(static_cast<int>(f)));
 }
@@ -90,6 +94,24 @@ void quantize_q8_0(const float* x, uint8_t* y, int64_t nb) {
     const float d = quantize_block32(x, blk.qs);
     blk.d = fp32_to_fp16(d);
     std::memcpy(y + static_cast<size_t>(i) * sizeof blk, &blk, sizeof blk);
+  }
+}
+
+// Q8_0's blocks (same d, rounded through fp16, and qs) into Q8_0U4 groups (act_quant.h).
+void quantize_q8_0u4(const float* x, uint8_t* y, int64_t nb) {
+  for (int64_t g = 0; g < (nb + 3) / 4; ++g) {
+    uint8_t* out = y + g * kQ8_0U4GroupBytes;
+    float d4[4] = {};
+    std::memset(out, 128, kQ8_0U4GroupQs);
+    for (int j = 0; j < 4 && 4 * g + j < nb; ++j) {
+      int8_t qs[32];
+      d4[j] = fp16_to_fp32(fp32_to_fp16(quantize_block32(x + 32 * (4 * g + j), qs)));
+      for (int e = 0; e < 32; ++e) {
+        out[act_q8_0u4_offset(j, e)] = static_cast<uint8_t>(qs[e] + 128);
+      }
+    }
+    const float ds[8] = {d4[0], d4[1], d4[0], d4[1], d4[2], d4[3], d4[2], d4[3]};
+    std::memcpy(out + kQ8_0U4GroupQs, ds, sizeof ds);
   }
 }
 
@@ -152,9 +174,10 @@ ActFormat act_format_for(GgmlType type) {
     case GgmlType::Q4_0:
     case GgmlType::Q5_0:
     case GgmlType::IQ4_NL:
-    case GgmlType::MXFP4:
     case GgmlType::Q2_0:
       return ActFormat::Q8_0;
+    case GgmlType::MXFP4:
+      return ActFormat::Q8_0U4;
     case GgmlType::Q4_1:
     case GgmlType::Q5_1:
       return ActFormat::Q8_1;
@@ -180,6 +203,7 @@ int64_t act_block_size(ActFormat f) {
       return 1;
     case ActFormat::Q8_0:
     case ActFormat::Q8_1:
+    case ActFormat::Q8_0U4:
       return 32;
     case ActFormat::Q8_K:
       return 256;
@@ -189,6 +213,7 @@ int64_t act_block_size(ActFormat f) {
 
 size_t act_row_bytes(ActFormat f, int64_t n) {
   const int64_t nb = checked_blocks(f, n, "act_row_bytes");
+  if (f == ActFormat::Q8_0U4) return static_cast<size_t>((nb + 3) / 4 * kQ8_0U4GroupBytes);
   return static_cast<size_t>(nb) * act_block_bytes(f);
 }
 
@@ -230,6 +255,8 @@ void quantize_act_row_ref(ActFormat f, const float* x, void* dst, int64_t n) {
       return quantize_q8_1(x, static_cast<uint8_t*>(dst), nb);
     case ActFormat::Q8_K:
       return quantize_q8_k(x, static_cast<uint8_t*>(dst), nb);
+    case ActFormat::Q8_0U4:
+      return quantize_q8_0u4(x, static_cast<uint8_t*>(dst), nb);
   }
 }
 
@@ -276,6 +303,17 @@ void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n) {
         std::memcpy(&blk, in + static_cast<size_t>(i) * sizeof blk, sizeof blk);
         for (int j = 0; j < 256; ++j) {
           dst[256 * i + j] = blk.d * static_cast<float>(blk.qs[j]);
+        }
+      }
+      return;
+    case ActFormat::Q8_0U4:
+      for (int64_t i = 0; i < nb; ++i) {
+        const uint8_t* grp = in + i / 4 * kQ8_0U4GroupBytes;
+        const int j = static_cast<int>(i % 4);
+        float d;
+        std::memcpy(&d, grp + kQ8_0U4GroupQs + 4 * (j / 2 * 4 + j % 2), sizeof d);
+        for (int e = 0; e < 32; ++e) {
+          dst[32 * i + e] = static_cast<float>(grp[act_q8_0u4_offset(j, e)] - 128) * d;
         }
       }
       return;

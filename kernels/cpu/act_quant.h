@@ -10,7 +10,7 @@
 
 namespace moe::cpu {
 
-enum class ActFormat { F32, F16, BF16, Q8_0, Q8_1, Q8_K };
+enum class ActFormat { F32, F16, BF16, Q8_0, Q8_1, Q8_K, Q8_0U4 };
 
 // Block layouts, byte-identical to ggml's block_q8_0 / block_q8_1 / block_q8_K.
 struct BlockQ8_0 {
@@ -29,8 +29,24 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 && sizeof(BlockQ8_K) == 292);
 
+// Q8_0U4 (ours, for MXFP4 weights): Q8_0's values (same d and qs) laid out for the MXFP4 SIMD
+// kernels, which then need no byte shuffles or scale gathers per activation row. Groups of 4
+// blocks (A, B, C, D; 128 elements) of 160 bytes: 128 bytes of qs + 128 as u8 (the kernels
+// multiply them as unsigned bytes with the signed weights), then the 4 block scales d as floats
+// in the order (dA, dB, dA, dB, dC, dD, dC, dD). Within the 128 bytes, 4 consecutive elements of
+// one block stay together (one 32-bit lane): element e of block j is at byte
+// 32 * (2 * (e / 16) + (e % 16) / 8) + 16 * (j / 2) + 8 * ((e % 8) / 4) + 4 * (j % 2) + e % 4
+// (act_q8_0u4_offset). A row's last group is padded to 4 blocks (qs 128, d 0: value 0).
+inline constexpr int64_t kQ8_0U4GroupBytes = 160;
+inline constexpr int64_t kQ8_0U4GroupQs = 128;  // byte offset of the scales in a group
+inline constexpr int act_q8_0u4_offset(int j, int e) {
+  return 32 * (2 * (e / 16) + (e % 16) / 8) + 16 * (j / 2) + 8 * ((e % 8) / 4) + 4 * (j % 2) +
+         e % 4;
+}
+
 // The activation format llama.cpp uses for weights of `type` (F32 weights -> F32, F16 -> F16,
-// BF16 -> BF16, K-quants and IQ4_XS -> Q8_K, Q4_1/Q5_1 -> Q8_1, other 32/64-blocks -> Q8_0).
+// BF16 -> BF16, K-quants and IQ4_XS -> Q8_K, Q4_1/Q5_1 -> Q8_1, other 32/64-blocks -> Q8_0), but
+// MXFP4 -> Q8_0U4 (Q8_0's values in another layout).
 ActFormat act_format_for(GgmlType type);
 
 // Elements per activation block (1 for float formats).

@@ -27,6 +27,7 @@ namespace {
 #include "kernels/cpu/simd/simd_common.inc"
 #include "kernels/cpu/simd/dot_float.inc"
 #include "kernels/cpu/simd/dot_block32.inc"
+#include "kernels/cpu/simd/dot_mxfp4.inc"
 #include "kernels/cpu/simd/dot_kquants.inc"
 // clang-format on
 }  // namespace
