@@ -12,6 +12,7 @@ namespace {
 struct Features {
   bool avx2 = false;
   bool avx512 = false;
+  bool avx512vbmi = false;  // with avx512
 };
 
 uint64_t read_xcr0() {
@@ -43,6 +44,7 @@ Features detect() {
   const bool avx512vnni = c & (1u << 11);
   f.avx2 = os_ymm && avx2 && fma && f16c && bmi2;
   f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
+  f.avx512vbmi = f.avx512 && (c & (1u << 1));
   return f;
 }
 
@@ -75,6 +77,15 @@ bool isa_supported(Isa isa) {
       return features().avx512;
   }
   return false;
+}
+
+bool avx512_vbmi_supported() {
+  // MOE_AVX512_VBMI=0 turns it off (for comparisons), read once.
+  static const bool on = [] {
+    const char* env = std::getenv("MOE_AVX512_VBMI");
+    return features().avx512vbmi && !(env && std::string(env) == "0");
+  }();
+  return on;
 }
 
 Isa best_isa() {

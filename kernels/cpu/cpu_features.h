@@ -16,4 +16,9 @@ Isa best_isa();
 // True when `isa` can execute here.
 bool isa_supported(Isa isa);
 
+// True when the Avx512 ISA is supported and the CPU also has AVX512-VBMI (byte permutes: Ice Lake,
+// Zen 4 and later; not Skylake-X / Cascade Lake). Kernels that use it keep a variant without.
+// MOE_AVX512_VBMI=0 makes it false.
+bool avx512_vbmi_supported();
+
 }  // namespace moe::cpu

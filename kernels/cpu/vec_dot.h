@@ -24,6 +24,10 @@ using VecDotFn = void (*)(int64_t n, const void* w, const void* act, size_t act_
 // a kernel for every supported ISA.
 VecDotFn vec_dot_kernel(GgmlType type, Isa isa);
 
+// The AVX-512 MXFP4 kernel without or with AVX512-VBMI (vec_dot_kernel gives the VBMI one where
+// avx512_vbmi_supported()); for tests of both. nullptr for vbmi on a CPU without it.
+VecDotFn vec_dot_kernel_mxfp4_avx512(bool vbmi);
+
 // Scalar reference: decodes both operands to float and accumulates in double.
 void vec_dot_ref(GgmlType type, int64_t n, const void* w, const void* act, size_t act_stride,
                  int n_act, float* out);

@@ -53,7 +53,7 @@ VecDotFn kernel_for(GgmlType type) {
     case GgmlType::IQ4_NL:
       return dot_iq4_nl;
     case GgmlType::MXFP4:
-      return dot_mxfp4;
+      return avx512_vbmi_supported() ? vbmi::dot_mxfp4 : dot_mxfp4;
     case GgmlType::Q2_0:
       return dot_q2_0;
     case GgmlType::Q2_K:
@@ -71,6 +71,11 @@ VecDotFn kernel_for(GgmlType type) {
     default:
       return nullptr;
   }
+}
+
+VecDotFn mxfp4_kernel(bool vbmi) {
+  if (!vbmi) return dot_mxfp4;
+  return avx512_vbmi_supported() ? vbmi::dot_mxfp4 : nullptr;
 }
 
 }  // namespace moe::cpu::avx512
