@@ -107,6 +107,9 @@ TEST(ActQuant, BlockSizesAndRowBytes) {
   EXPECT_EQ(moe::cpu::act_row_bytes(ActFormat::Q8_1, 768), 24u * 36);
   EXPECT_EQ(moe::cpu::act_row_bytes(ActFormat::Q8_K, 768), 3u * 292);
   EXPECT_EQ(moe::cpu::act_row_bytes(ActFormat::Q8_K, 0), 0u);
+  EXPECT_EQ(moe::cpu::act_block_size(ActFormat::Q8_0U4), 32);
+  EXPECT_EQ(moe::cpu::act_row_bytes(ActFormat::Q8_0U4, 768), 6u * 160);
+  EXPECT_EQ(moe::cpu::act_row_bytes(ActFormat::Q8_0U4, 2880), 23u * 160);  // last group padded
   EXPECT_THROW(moe::cpu::act_row_bytes(ActFormat::Q8_0, 48), moe::Error);
   EXPECT_THROW(moe::cpu::act_row_bytes(ActFormat::Q8_K, 512 + 32), moe::Error);
   EXPECT_THROW(moe::cpu::act_row_bytes(ActFormat::Q8_1, -32), moe::Error);
@@ -185,6 +188,34 @@ TEST_P(ActQuantRows, Q8_1) {
     EXPECT_EQ(q[b].d, q0[b].d);
     EXPECT_EQ(std::memcmp(q[b].qs, q0[b].qs, 32), 0);
   }
+}
+
+// Q8_0U4 holds Q8_0's values (same d and qs) in its own layout: every element decodes to the
+// same float, on whole and padded last groups; the layout is a permutation of a group's bytes.
+TEST_P(ActQuantRows, Q8_0U4) {
+  const auto x = test_row(GetParam() ? 5001u : 5002u, GetParam());
+  for (int64_t n : {kN, kN - 32, kN - 96, int64_t{32}}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const std::vector<float> xn(x.begin(), x.begin() + n);
+    const auto q0 = quantize<BlockQ8_0>(ActFormat::Q8_0, xn);
+    std::vector<uint8_t> u(moe::cpu::act_row_bytes(ActFormat::Q8_0U4, n));
+    moe::cpu::quantize_act_row(ActFormat::Q8_0U4, xn.data(), u.data(), n, moe::cpu::Isa::Avx2);
+    const auto want = dequantize(ActFormat::Q8_0, q0.data(), n);
+    const auto got = dequantize(ActFormat::Q8_0U4, u.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << i;
+    // The padding of the last group is zero (qs 128, d 0).
+    const int64_t nb = n / 32;
+    const uint8_t* last = u.data() + (nb - 1) / 4 * moe::cpu::kQ8_0U4GroupBytes;
+    for (int j = static_cast<int>(nb % 4); nb % 4 != 0 && j < 4; ++j) {
+      for (int e = 0; e < 32; ++e) EXPECT_EQ(last[moe::cpu::act_q8_0u4_offset(j, e)], 128);
+    }
+  }
+  std::vector<int> seen(moe::cpu::kQ8_0U4GroupQs, 0);
+  for (int j = 0; j < 4; ++j) {
+    for (int e = 0; e < 32; ++e) ++seen[static_cast<size_t>(moe::cpu::act_q8_0u4_offset(j, e))];
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), moe::cpu::kQ8_0U4GroupQs);
 }
 
 TEST_P(ActQuantRows, Q8_K) {

@@ -62,6 +62,48 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(test::computa
                            return std::string(ggml_type_info_or_throw(p.param).name);
                          });
 
+// MXFP4 (gpt-oss's experts) at its real row length, 2880 (22 groups of 4 blocks and a padded
+// last one), on every ISA this CPU runs: the GEMV for 1-8 rows, the GEMM beyond.
+TEST(Matmul, Mxfp4AtGptOssShapesOnEveryIsa) {
+  const GgmlType type = GgmlType::MXFP4;
+  const ActFormat fmt = act_format_for(type);
+  const int64_t n_in = 2880, n_out = 13;
+  std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+  std::vector<uint8_t> wbytes;
+  for (int64_t o = 0; o < n_out; ++o) {
+    const auto row = test::random_row(type, n_in, rng);
+    wbytes.insert(wbytes.end(), row.begin(), row.end());
+  }
+  const WeightMatrix w = make_weight_matrix(type, wbytes.data(), n_in, n_out);
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    for (int64_t n_rows : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
+      const auto x = test::random_floats(n_in * n_rows, rng);
+      std::vector<float> y(static_cast<size_t>(n_rows * n_out), NAN);
+      matmul(w, x.data(), n_rows, y.data(), pool, scratch, isa);
+      std::vector<uint8_t> act(act_row_bytes(fmt, n_in));
+      std::vector<float> wf(static_cast<size_t>(n_in)), af(static_cast<size_t>(n_in));
+      for (int64_t r = 0; r < n_rows; ++r) {
+        quantize_act_row_ref(fmt, x.data() + r * n_in, act.data(), n_in);
+        dequantize_act_row(fmt, act.data(), af.data(), n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          const uint8_t* wrow = wbytes.data() + o * w.row_bytes;
+          float want = 0;
+          vec_dot_ref(type, n_in, wrow, act.data(), act.size(), 1, &want);
+          dequantize_row(type, wrow, wf.data(), n_in);
+          double mag = 0;
+          for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(static_cast<double>(wf[i]) * af[i]);
+          const float got = y[static_cast<size_t>(r * n_out + o)];
+          EXPECT_LE(std::fabs(static_cast<double>(got) - want), 1e-5 * mag)
+              << isa_name(isa) << " rows=" << n_rows << " r=" << r << " o=" << o;
+        }
+      }
+    }
+  }
+}
+
 // Runs `jobs` as one matmul_batch (into ys), then each as its own matmul() (into want), and
 // expects the same bits.
 void expect_batch_equals_matmuls(const std::vector<MatmulJob>& jobs,
