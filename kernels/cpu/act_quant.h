@@ -30,10 +30,12 @@ struct BlockQ8_K {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 && sizeof(BlockQ8_K) == 292);
 
 // Q8_0U4 (ours, for MXFP4 weights): Q8_0's values (same d and qs) laid out for the MXFP4 SIMD
-// kernels, which then need no byte shuffles or scale gathers per activation row. Groups of 4
-// blocks (A, B, C, D; 128 elements) of 160 bytes: 128 bytes of qs + 128 as u8 (the kernels
-// multiply them as unsigned bytes with the signed weights), then the 4 block scales d as floats
-// in the order (dA, dB, dA, dB, dC, dD, dC, dD). Within the 128 bytes, 4 consecutive elements of
+// kernels (simd/dot_mxfp4.inc), which then need no sign flips, byte shuffles or scale gathers per
+// activation row. Groups of 4 blocks (A, B, C, D; 128 elements) of 160 bytes: 128 bytes of
+// qs + 128 as u8 (the kernels multiply them as unsigned bytes with the signed weights), then the
+// 4 block scales d as floats in the order (dA, dB, dA, dB, dC, dD, dC, dD). (Storing corrections
+// for signed activations instead made the groups 224 bytes: 8 rows of 4096 then outgrew L1 and
+// ran at half speed.) Within the 128 bytes, 4 consecutive elements of
 // one block stay together (one 32-bit lane): element e of block j is at byte
 // 32 * (2 * (e / 16) + (e % 16) / 8) + 16 * (j / 2) + 8 * ((e % 8) / 4) + 4 * (j % 2) + e % 4
 // (act_q8_0u4_offset). A row's last group is padded to 4 blocks (qs 128, d 0: value 0).
