@@ -24,8 +24,7 @@ VecDotFn scalar_kernel_for(GgmlType type) {
   case GgmlType::t: \
     return ref_kernel<GgmlType::t>;
     MOE_REF(F32)
-    MOE_REF(F16)
-    MOE_REF(BF16) MOE_REF(Q8_0) MOE_REF(Q4_0) MOE_REF(Q4_1) MOE_REF(Q5_0) MOE_REF(Q5_1)
+    MOE_REF(F16) MOE_REF(BF16) MOE_REF(Q8_0) MOE_REF(Q4_0) MOE_REF(Q4_1) MOE_REF(Q5_0) MOE_REF(Q5_1)
         MOE_REF(IQ4_NL) MOE_REF(MXFP4) MOE_REF(Q2_0) MOE_REF(Q2_K) MOE_REF(Q3_K) MOE_REF(Q4_K)
             MOE_REF(Q5_K) MOE_REF(Q6_K) MOE_REF(IQ4_XS)
 #undef MOE_REF
