@@ -1,6 +1,6 @@
-// moe-synth: writes a random-weight qwen3moe or qwen35moe GGUF, for tests, benchmarks and the
-// out-of-the-box demo. Shapes come from a preset (overridable); weights are near-Gaussian with std
-// 1/sqrt(fan_in), norms near 1; types follow --quant (tools/synth/qwen3moe_synth.h and
+// moe-synth: writes a random-weight qwen3moe, qwen35moe or gpt-oss GGUF, for tests, benchmarks and
+// the out-of-the-box demo. Shapes come from a preset (overridable); weights are near-Gaussian with
+// std 1/sqrt(fan_in), norms near 1; types follow --quant (tools/synth/qwen3moe_synth.h and
 // qwen35moe_synth.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include "tools/synth/qwen3moe_synth.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a random-weight qwen3moe or qwen35moe GGUF"};
+  CLI::App app{"Write a random-weight qwen3moe, qwen35moe or gpt-oss GGUF"};
   std::string preset = "tiny", quant, out;
   int layers = 0, n_vocab_min = 0;
   uint64_t seed = 1234;

@@ -31,6 +31,7 @@
 #include "coordinator/model/model_arch.h"
 #include "coordinator/model/op_profile.h"
 #include "coordinator/model/speculative.h"
+#include "coordinator/tools/expert_prediction.h"
 #include "coordinator/tools/kv_cli.h"
 #include "coordinator/tools/llama_cli_args.h"
 #include "coordinator/tools/spec_cli.h"
@@ -57,9 +58,10 @@ struct Args {
   int worker_threads = 0;          // 0: as --threads
   std::string worker_bin;          // empty: moe-cpu-worker next to this executable
   int pool_spin = moe::cpu::ThreadPool::kDefaultSpin;  // both processes' pools
-  bool op_profile = false;        // --op-profile: per-op times of the CPU forward
-  moe::tools::SpecArgs spec;      // --spec-type: greedy decode with and without drafts
-  bool spec_drafts_fail = false;  // --spec-drafts-fail: random drafts of --draft-max ids
+  bool op_profile = false;         // --op-profile: per-op times of the CPU forward
+  moe::tools::SpecArgs spec;       // --spec-type: greedy decode with and without drafts
+  bool spec_drafts_fail = false;   // --spec-drafts-fail: random drafts of --draft-max ids
+  bool expert_prediction = false;  // --expert-prediction: the table instead of timings
   moe::gpu::GpuOptions gpu;
 };
 
@@ -409,6 +411,18 @@ int run(const Args& a) {
                    "forwards only: -ngl 0)\n");
     }
   }
+  if (a.expert_prediction) {
+    // Not a timing: how well layer l+1's experts are named from layer l (the -p random ids).
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> dist(0,
+                                                static_cast<int32_t>(model->config().n_vocab) - 1);
+    std::vector<int32_t> ids(static_cast<size_t>(a.n_prompt));
+    for (auto& t : ids) t = dist(rng);
+    const auto rows = moe::tools::measure_expert_prediction(*model, file, ids);
+    const moe::model::ModelConfig& c = model->config();
+    std::printf("%s", moe::tools::prediction_table(rows, c.n_expert_used, c.n_expert).c_str());
+    return 0;
+  }
   std::vector<Result> results;
   if (a.spec.type != "none") {
     KvCache cache = model->make_cache(n_ctx, moe::tools::kv_config(a.kv));
@@ -549,10 +563,16 @@ int main(int argc, char** argv) {
   app.add_flag("--spec-drafts-fail", a.spec_drafts_fail,
                "--spec-type: draft --draft-max random ids at every step instead of looking up "
                "(drafts that fail: the cost model's worst case)");
+  app.add_flag("--expert-prediction", a.expert_prediction,
+               "instead of timing: how often layer l+1's router applied to layer l's hidden state "
+               "names the experts layer l+1 picks, per layer, over -p random ids (issue 29)");
   moe::gpu::add_gpu_options(app, a.gpu, /*mmap_flag=*/false);
   try {
     app.parse(static_cast<int>(argv_p.size()), argv_p.data());
     if (a.n_prompt == 0 && a.n_gen == 0) throw CLI::ValidationError("-p and -n are both 0");
+    if (a.expert_prediction && a.n_prompt < 1) {
+      throw CLI::ValidationError("--expert-prediction needs -p 1 or more");
+    }
     moe::tools::check_spec_args(a.spec);
     if (a.spec_drafts_fail && a.spec.type == "none") {
       throw CLI::ValidationError("--spec-drafts-fail needs --spec-type");
