@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   float skew = 0.0f;
   std::string vocab_from;
   bool tied = false;
+  bool mtp = false;
   // Shape overrides (0 = the preset's value), so tests can build models of many shapes.
   int n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_expert = 0, n_expert_used = 0;
   int n_ff = 0, n_ff_shexp = 0, n_ctx = 0;
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   app.add_option("--n-vocab", n_vocab_min, "pad the vocabulary with [PAD] tokens up to N")
       ->check(CLI::Range(0, 1 << 20));
   app.add_flag("--tied", tied, "no output.weight (head tied to token_embd)");
+  app.add_flag("--mtp", mtp,
+               "qwen35moe presets: append the multi-token-prediction block the real files carry "
+               "(nextn_predict_layers 1)");
   app.add_option("-o,--output", out, "output file")->required();
   CLI11_PARSE(app, argc, argv);
 
@@ -112,6 +116,9 @@ int main(int argc, char** argv) {
     };
     size_t n_tensors = 0;
     int n_layer = 0;
+    if (mtp && !moe::synth::is_qwen35moe_preset(preset)) {
+      throw moe::Error("--mtp applies to the qwen35moe presets only");
+    }
     if (gptoss) {
       if (n_ff_shexp > 0) throw moe::Error("--n-ff-shexp applies to the qwen35moe presets only");
       if (k_mix) throw moe::Error("gpt-oss presets take one type for the non-expert matrices");
@@ -124,6 +131,7 @@ int main(int argc, char** argv) {
         throw moe::Error("--head-dim applies to the qwen3moe and gpt-oss presets only");
       moe::synth::Qwen35MoeSpec spec = moe::synth::qwen35moe_preset(preset);
       apply_options(spec, {{&spec.n_ff_shexp, n_ff_shexp}});
+      spec.mtp = mtp;
       n_tensors = moe::synth::write_qwen35moe(out, spec);
       n_layer = spec.n_layer;
     } else {

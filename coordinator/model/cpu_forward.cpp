@@ -49,12 +49,17 @@ void CpuForward::forward(std::span<const int32_t> tokens, KvCache& cache, Logits
   const SequenceRows seq{0, n, cache.n_past(), &cache};
   run_layers(n, std::span<const SequenceRows>(&seq, 1), hooks);
 
-  // Output head: only the rows whose logits were asked for.
+  // Output head: only the rows whose logits were asked for (every row normed for a hook that
+  // observes them).
+  const bool observe = hooks && hooks->observe_hidden;
   const int64_t first = mode == LogitsMode::All ? 0 : n - 1;
-  const int64_t rows = n - first;
+  const int64_t rows = n - first, normed = observe ? n : rows;
   const OpTimer timer(prof_, Op::kOutput, weight_bytes(output_));
-  rmsnorm_rows(x_.data() + first * E, output_norm_.data(), xn_.data(), rows, E, cfg_.rms_eps);
-  cpu::matmul(output_, xn_.data(), rows, logits, pool_, mm_, isa_);
+  rmsnorm_rows(x_.data() + (n - normed) * E, output_norm_.data(), xn_.data(), normed, E,
+               cfg_.rms_eps);
+  cpu::matmul(output_, xn_.data() + (normed - rows) * E, rows, logits, pool_, mm_, isa_);
+  // After the head: the observer may run a forward of its own (the MTP block) on this scratch.
+  if (observe) hooks->observe_hidden(tokens, cache.n_past(), xn_.data());
   // Only now does the batch become part of the sequence (K/V positions and recurrent state).
   cache.advance(n);
 }

@@ -71,6 +71,14 @@ class CpuForward : public ModelArch {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
   }
 
+  // Grows x_, xn_ and every layer scratch to n tokens.
+  void reserve(int64_t n_tokens);
+  // For a multi-token-prediction block: the token embeddings, the output norm's gains and the
+  // output head.
+  void embed_rows(std::span<const int32_t> tokens, float* x) const { emb_.embed(tokens, x); }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const cpu::WeightMatrix& output_head() const { return output_; }
+
   ModelConfig cfg_;
   cpu::ThreadPool& pool_;
   cpu::Isa isa_;
@@ -80,9 +88,6 @@ class CpuForward : public ModelArch {
   OpProfile* prof_ = nullptr;  // moe-bench --op-profile's, else null
 
  private:
-  // Grows x_, xn_ and every layer scratch to n tokens.
-  void reserve(int64_t n_tokens);
-
   std::vector<SequenceRows> seqs_;  // forward_batch's, grow-only
   EmbeddingTensors emb_;
   std::vector<float> output_norm_;

@@ -24,6 +24,15 @@ void ModelArch::shift_context(KvCache& cache, int64_t n_keep, int64_t n_discard)
   shift_kv(cache, config(), n_keep, n_discard);
 }
 
+KvCache ModelArch::make_mtp_cache(int64_t /*n_ctx*/) const {
+  throw Error(std::string(name()) + " has no multi-token-prediction block");
+}
+
+void ModelArch::mtp_forward(std::span<const int32_t> /*tokens*/, const float* /*h*/,
+                            KvCache& /*cache*/, float* /*h_out*/, float* /*logits*/) {
+  throw Error(std::string(name()) + " has no multi-token-prediction block");
+}
+
 std::unique_ptr<ModelArch> create_model_arch(const gguf::GgufFile& file, cpu::ThreadPool& pool,
                                              std::unique_ptr<ExpertExecutor> experts) {
   const std::string_view arch = file.require_string("general.architecture");

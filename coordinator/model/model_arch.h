@@ -48,6 +48,11 @@ struct ForwardHooks {
   // renormalized.
   std::function<bool(int64_t layer, int64_t pos, int32_t* experts)> force_experts;
   std::function<void(const LayerTrace&)> observe_layer;
+  // The output-normed hidden state of every row of a forward (n rows of n_embd, tokens at pos0
+  // onwards), after the logits: what the multi-token-prediction block drafts from (CPU
+  // forwards). The rows are the forward's scratch: valid until the next forward of the model.
+  std::function<void(std::span<const int32_t> tokens, int64_t pos0, const float* hidden)>
+      observe_hidden;
 };
 
 enum class LogitsMode { All, Last };
@@ -121,6 +126,17 @@ class ModelArch {
   // CPU forwards time their ops into `profile` while it is active (null: none); false where the
   // forward has no per-op profile (the GPU forwards).
   virtual bool set_op_profile(OpProfile* /*profile*/) { return false; }
+
+  // Multi-token prediction (Qwen3.5/3.6's MTP block, llama.cpp's draft-mtp): whether this
+  // forward has it, and the cache of its own attention layer (one per sequence).
+  virtual bool has_mtp() const { return false; }
+  virtual KvCache make_mtp_cache(int64_t n_ctx) const;
+  // The block over n rows: tokens[i] at position cache.n_past() + i with h[i], the target's
+  // output-normed hidden state at the position before (observe_hidden's rows, shifted by one);
+  // stores its K/V in `cache` and advances it, writes its own hidden state (the next draft's h)
+  // into h_out and, unless null, the last row's logits. moe::Error without an MTP block.
+  virtual void mtp_forward(std::span<const int32_t> tokens, const float* h, KvCache& cache,
+                           float* h_out, float* logits);
 };
 
 // The implementation for the file's general.architecture; throws moe::Error for unknown

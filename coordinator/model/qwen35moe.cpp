@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "experts/cpu_expert_executor.h"
 #include "experts/tensor_table.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/causal_conv.h"
@@ -23,8 +24,8 @@ Qwen35Moe::Qwen35Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
   if (cfg_.arch != "qwen35moe") {
     throw Error("Qwen35Moe: the file's architecture is '" + cfg_.arch + "'");
   }
-  const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
-  const int64_t X = cfg_.n_expert, F = cfg_.n_ff_exp, FS = cfg_.n_ff_shexp;
+  const int64_t E = cfg_.n_embd;
+  const int64_t X = cfg_.n_expert, F = cfg_.n_ff_exp;
   const int64_t C = cfg_.ssm_conv_channels(), KC = cfg_.ssm_conv_kernel;
   const int64_t NV = cfg_.ssm_n_v_heads, DV = cfg_.ssm_head_v(), DI = cfg_.ssm_inner;
   std::vector<ExpertLayerTensors> expert_tensors;
@@ -53,26 +54,130 @@ Qwen35Moe::Qwen35Moe(const gguf::GgufFile& f, cpu::ThreadPool& pool,
       L.ssm_a = vector_f32(require_tensor(f, p + "ssm_a", {NV}));
       L.ssm_norm = vector_f32(require_tensor(f, p + "ssm_norm.weight", {DV}));
     } else {
-      L.n_head = cfg_.n_head[static_cast<size_t>(l)];
-      L.n_head_kv = cfg_.n_head_kv[static_cast<size_t>(l)];
-      // Per head: head_dim query rows, then head_dim output-gate rows.
-      L.wq = weight_matrix(require_tensor(f, p + "attn_q.weight", {E, L.n_head * hk * 2}));
-      L.wk = weight_matrix(require_tensor(f, p + "attn_k.weight", {E, L.n_head_kv * hk}));
-      L.wv = weight_matrix(require_tensor(f, p + "attn_v.weight", {E, L.n_head_kv * hv}));
-      L.wo = weight_matrix(require_tensor(f, p + "attn_output.weight", {L.n_head * hv, E}));
-      L.q_norm = vector_f32(require_tensor(f, p + "attn_q_norm.weight", {hk}));
-      L.k_norm = vector_f32(require_tensor(f, p + "attn_k_norm.weight", {hk}));
+      load_attention(f, p, cfg_.n_head[static_cast<size_t>(l)],
+                     cfg_.n_head_kv[static_cast<size_t>(l)], L);
     }
-    L.router = weight_matrix(require_tensor(f, p + "ffn_gate_inp.weight", {E, X}));
-    L.sh_gate_inp = weight_matrix(require_tensor(f, p + "ffn_gate_inp_shexp.weight", {E}));
-    L.sh_gate = weight_matrix(require_tensor(f, p + "ffn_gate_shexp.weight", {E, FS}));
-    L.sh_up = weight_matrix(require_tensor(f, p + "ffn_up_shexp.weight", {E, FS}));
-    L.sh_down = weight_matrix(require_tensor(f, p + "ffn_down_shexp.weight", {FS, E}));
+    load_ffn(f, p, L);
     // Checked here even when another executor computes them: a broken file fails at load.
     expert_tensors.push_back(require_expert_tensors(f, l, E, F, X));
     layers_.push_back(std::move(L));
   }
   set_experts(std::move(expert_tensors), std::move(experts));
+  load_mtp(f);
+}
+
+void Qwen35Moe::load_attention(const gguf::GgufFile& f, const std::string& p, int64_t n_head,
+                               int64_t n_head_kv, Layer& L) const {
+  const int64_t E = cfg_.n_embd, hk = cfg_.head_dim_k, hv = cfg_.head_dim_v;
+  L.n_head = n_head;
+  L.n_head_kv = n_head_kv;
+  // Per head: head_dim query rows, then head_dim output-gate rows.
+  L.wq = weight_matrix(require_tensor(f, p + "attn_q.weight", {E, n_head * hk * 2}));
+  L.wk = weight_matrix(require_tensor(f, p + "attn_k.weight", {E, n_head_kv * hk}));
+  L.wv = weight_matrix(require_tensor(f, p + "attn_v.weight", {E, n_head_kv * hv}));
+  L.wo = weight_matrix(require_tensor(f, p + "attn_output.weight", {n_head * hv, E}));
+  L.q_norm = vector_f32(require_tensor(f, p + "attn_q_norm.weight", {hk}));
+  L.k_norm = vector_f32(require_tensor(f, p + "attn_k_norm.weight", {hk}));
+}
+
+void Qwen35Moe::load_ffn(const gguf::GgufFile& f, const std::string& p, Layer& L) const {
+  const int64_t E = cfg_.n_embd, X = cfg_.n_expert, FS = cfg_.n_ff_shexp;
+  L.router = weight_matrix(require_tensor(f, p + "ffn_gate_inp.weight", {E, X}));
+  L.sh_gate_inp = weight_matrix(require_tensor(f, p + "ffn_gate_inp_shexp.weight", {E}));
+  L.sh_gate = weight_matrix(require_tensor(f, p + "ffn_gate_shexp.weight", {E, FS}));
+  L.sh_up = weight_matrix(require_tensor(f, p + "ffn_up_shexp.weight", {E, FS}));
+  L.sh_down = weight_matrix(require_tensor(f, p + "ffn_down_shexp.weight", {FS, E}));
+}
+
+void Qwen35Moe::load_mtp(const gguf::GgufFile& f) {
+  const int64_t E = cfg_.n_embd, l = cfg_.n_layer;
+  const std::string p = "blk." + std::to_string(l) + ".";
+  if (cfg_.n_nextn < 1 || !f.find_tensor(p + "nextn.eh_proj.weight")) return;
+  if (cfg_.n_nextn > 1) {
+    throw Error(cfg_.arch + ".nextn_predict_layers: " + std::to_string(cfg_.n_nextn) +
+                " multi-token-prediction blocks (one is supported)");
+  }
+  auto m = std::make_unique<Mtp>();
+  // Its head counts are the full-attention layers' (those of the last main attention layer).
+  int64_t last_attn = -1;
+  for (int64_t i = 0; i < cfg_.n_layer; ++i) last_attn = cfg_.is_recurrent(i) ? last_attn : i;
+  if (last_attn < 0) throw Error("qwen35moe: an MTP block without full-attention layers");
+  const auto at = static_cast<size_t>(last_attn);
+  m->layer.attn_norm = vector_f32(require_tensor(f, p + "attn_norm.weight", {E}));
+  m->layer.post_norm = vector_f32(require_tensor(f, p + "post_attention_norm.weight", {E}));
+  load_attention(f, p, cfg_.n_head[at], cfg_.n_head_kv[at], m->layer);
+  load_ffn(f, p, m->layer);
+  m->eh_proj = weight_matrix(require_tensor(f, p + "nextn.eh_proj.weight", {2 * E, E}));
+  m->enorm = vector_f32(require_tensor(f, p + "nextn.enorm.weight", {E}));
+  m->hnorm = vector_f32(require_tensor(f, p + "nextn.hnorm.weight", {E}));
+  const auto* hn = optional_tensor(f, p + "nextn.shared_head_norm.weight", {E});
+  m->head_norm = hn ? vector_f32(*hn) : output_norm();
+  if (const auto* hh = optional_tensor(f, p + "nextn.shared_head_head.weight", {E, cfg_.n_vocab})) {
+    m->own_head = weight_matrix(*hh);
+    m->head = &m->own_head;
+  } else {
+    m->head = &output_head();
+  }
+  m->embed.token_embd = optional_tensor(f, p + "nextn.embed_tokens.weight", {E, cfg_.n_vocab});
+  // One full-attention layer with the main layers' shapes: its cache and its routed experts.
+  mtp_cfg_ = cfg_;
+  mtp_cfg_.n_layer = 1;
+  mtp_cfg_.n_nextn = 0;
+  mtp_cfg_.recurrent.clear();
+  mtp_cfg_.n_head.assign(1, cfg_.n_head[at]);
+  mtp_cfg_.n_head_kv.assign(1, cfg_.n_head_kv[at]);
+  mtp_cfg_.swa.clear();
+  std::vector<ExpertLayerTensors> experts{
+      require_expert_tensors(f, l, E, cfg_.n_ff_exp, cfg_.n_expert)};
+  mtp_moe_.set_executor(std::make_unique<CpuExpertExecutor>(
+      std::move(experts), E, cfg_.n_ff_exp, cfg_.n_expert, pool_, isa_, cfg_.expert_act));
+  mtp_ = std::move(m);
+}
+
+KvCache Qwen35Moe::make_mtp_cache(int64_t n_ctx) const {
+  if (!mtp_) return ModelArch::make_mtp_cache(n_ctx);
+  return KvCache(mtp_cfg_, n_ctx, KvConfig::uniform(KvType::F16, KvType::F16));
+}
+
+void Qwen35Moe::mtp_forward(std::span<const int32_t> tokens, const float* h, KvCache& cache,
+                            float* h_out, float* logits) {
+  if (!mtp_) return ModelArch::mtp_forward(tokens, h, cache, h_out, logits);
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t E = cfg_.n_embd;
+  if (n < 1) throw Error("mtp_forward: no tokens");
+  for (const int32_t t : tokens) {
+    if (t < 0 || t >= cfg_.n_vocab) throw Error("mtp_forward: token " + std::to_string(t));
+  }
+  cache.check_room(n);
+  // x_, xn_ and the layer scratch are the main forward's: grown to n rows, as a forward would.
+  reserve(n);
+  mtp_moe_.reserve(n);
+  Mtp& m = *mtp_;
+  // x = eh_proj([enorm(embedding) | hnorm(h)]).
+  if (m.embed.token_embd) {
+    m.embed.embed(tokens, x_.data());
+  } else {
+    embed_rows(tokens, x_.data());
+  }
+  grow(mtp_in_, n * 2 * E);
+  for (int64_t i = 0; i < n; ++i) {
+    rmsnorm_rows(x_.data() + i * E, m.enorm.data(), mtp_in_.data() + i * 2 * E, 1, E, cfg_.rms_eps);
+    rmsnorm_rows(h + i * E, m.hnorm.data(), mtp_in_.data() + i * 2 * E + E, 1, E, cfg_.rms_eps);
+  }
+  cpu::matmul(m.eh_proj, mtp_in_.data(), n, x_.data(), pool_, mm_, isa_);
+  // Then one gated attention layer with its experts, as a main layer runs.
+  const SequenceRows seq{0, n, cache.n_past(), &cache};
+  rmsnorm_rows(x_.data(), m.layer.attn_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+  attention_layer(m.layer, 0, n, std::span<const SequenceRows>(&seq, 1));
+  for (int64_t i = 0; i < n * E; ++i) {
+    const auto ii = static_cast<size_t>(i);
+    h_[ii] = x_[ii] + mix_[ii];
+  }
+  rmsnorm_rows(h_.data(), m.layer.post_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
+  ffn(m.layer, mtp_moe_, 0, n, seq.pos0, nullptr);
+  rmsnorm_rows(x_.data(), m.head_norm.data(), h_out, n, E, cfg_.rms_eps);
+  if (logits) cpu::matmul(*m.head, h_out + (n - 1) * E, 1, logits, pool_, mm_, isa_);
+  cache.advance(n);
 }
 
 void Qwen35Moe::reserve_layers(int64_t n) {
@@ -206,11 +311,12 @@ void Qwen35Moe::attention_layer(const Layer& L, int64_t l, int64_t n,
   cpu::matmul(L.wo, attn_.data(), n, mix_.data(), pool_, mm_, isa_);
 }
 
-void Qwen35Moe::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const ForwardHooks* hooks) {
+void Qwen35Moe::ffn(const Layer& L, RoutedMoeCpu& moe, int64_t l, int64_t n, int64_t pos0,
+                    const ForwardHooks* hooks) {
   const int64_t E = cfg_.n_embd, FS = cfg_.n_ff_shexp;
   {
     const OpTimer timer(prof_, Op::kRoutedExperts);
-    moe_.run(l, L.router, xn_.data(), n, pos0, hooks, moe_out_.data(), pool_, mm_, isa_);
+    moe.run(l, L.router, xn_.data(), n, pos0, hooks, moe_out_.data(), pool_, mm_, isa_);
   }
 
   // Shared expert, scaled per token by sigmoid(w_gate_inp_shexp · m).
@@ -272,7 +378,7 @@ void Qwen35Moe::run_layers(int64_t n, std::span<const SequenceRows> seqs,
       const OpTimer timer(prof_, Op::kNorm);
       rmsnorm_rows(h_.data(), L.post_norm.data(), xn_.data(), n, E, cfg_.rms_eps);
     }
-    ffn(L, l, n, pos0, hooks);
+    ffn(L, moe_, l, n, pos0, hooks);
 
     if (hooks && hooks->observe_layer) {
       LayerTrace tr = moe_.trace(l, pos0, n, x_.data());

@@ -2,7 +2,8 @@
 // conv1d, L2-normalised q/k, the delta-rule recurrence, a gated RMSNorm) and every
 // full_attention_interval-th layer a gated full-attention layer (q and an output gate interleaved
 // per head, partial IMROPE); every layer ends in softmax-gated top-k routed experts plus a shared
-// expert scaled by a per-token sigmoid gate. MTP blocks after the main layers are ignored.
+// expert scaled by a per-token sigmoid gate. A multi-token-prediction block after the main layers
+// (nextn_predict_layers 1) drafts tokens for speculative decoding (mtp_forward).
 #pragma once
 
 #include <memory>
@@ -21,6 +22,11 @@ class Qwen35Moe final : public CpuForward {
             std::unique_ptr<ExpertExecutor> experts = nullptr);
 
   std::string_view name() const override { return "qwen35moe"; }
+
+  bool has_mtp() const override { return mtp_ != nullptr; }
+  KvCache make_mtp_cache(int64_t n_ctx) const override;
+  void mtp_forward(std::span<const int32_t> tokens, const float* h, KvCache& cache, float* h_out,
+                   float* logits) override;
 
  private:
   struct Layer {
@@ -44,10 +50,34 @@ class Qwen35Moe final : public CpuForward {
   // Mixer of layer l on xn_ (n tokens of the sequences `seqs`), output in mix_.
   void delta_net_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs);
   void attention_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs);
-  // Routed + shared experts on xn_ (normalised h_); x_ = h_ + both.
-  void ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const ForwardHooks* hooks);
+  // Routed (layer l of `moe`) + shared experts on xn_ (normalised h_); x_ = h_ + both.
+  void ffn(const Layer& L, RoutedMoeCpu& moe, int64_t l, int64_t n, int64_t pos0,
+           const ForwardHooks* hooks);
+  // An attention layer's tensors under prefix p ("blk.N.") into L.
+  void load_attention(const gguf::GgufFile& f, const std::string& p, int64_t n_head,
+                      int64_t n_head_kv, Layer& L) const;
+  void load_ffn(const gguf::GgufFile& f, const std::string& p, Layer& L) const;
+  // The MTP block of blk.{n_layer}, when the file has one.
+  void load_mtp(const gguf::GgufFile& f);
 
   std::vector<Layer> layers_;
+
+  // The multi-token-prediction block: a gated attention layer whose cache is its own (mtp_cfg_:
+  // that one layer), routed experts of its own (mtp_moe_, layer 0), and the projection of the
+  // normed embedding and hidden state (eh_proj) in front; its head norm and head are
+  // nextn.shared_head_* or the model's.
+  struct Mtp {
+    Layer layer;
+    cpu::WeightMatrix eh_proj;
+    std::vector<float> enorm, hnorm, head_norm;
+    const cpu::WeightMatrix* head = nullptr;
+    cpu::WeightMatrix own_head;
+    EmbeddingTensors embed;  // token_embd is nextn.embed_tokens when the file has it, else null
+  };
+  std::unique_ptr<Mtp> mtp_;
+  ModelConfig mtp_cfg_;
+  RoutedMoeCpu mtp_moe_{mtp_cfg_};
+  std::vector<float> mtp_in_;  // [n][2 * n_embd]: normed embedding | normed hidden state
 
   // Grow-only scratch: steady-state decoding allocates nothing.
   AttentionScratch attn_scratch_;

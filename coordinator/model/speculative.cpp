@@ -28,7 +28,20 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
   GenerateResult res;
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   std::vector<float> logits(n_vocab);
-  model.forward(prompt, cache, LogitsMode::Last, logits.data(), opt.hooks);
+  // A drafter that follows the target sees the hidden rows of every forward.
+  ForwardHooks with_observer = opt.hooks ? *opt.hooks : ForwardHooks{};
+  if (drafter.observe) {
+    with_observer.observe_hidden = [&, user = with_observer.observe_hidden](
+                                       std::span<const int32_t> t, int64_t p, const float* h) {
+      if (user) user(t, p, h);
+      drafter.observe(t, p, h);
+    };
+  }
+  const ForwardHooks* hooks = drafter.observe ? &with_observer : opt.hooks;
+  const auto rewound = [&] {
+    if (drafter.rewind) drafter.rewind(cache.n_past());
+  };
+  model.forward(prompt, cache, LogitsMode::Last, logits.data(), hooks);
   if (opt.n_steps <= 0) {
     if (stats) *stats = st;
     return res;
@@ -48,7 +61,7 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
     const auto left = opt.n_steps - static_cast<int64_t>(res.tokens.size());
     if (left == 0) break;
     // Draft no further than the tokens still to choose: the last one needs no evaluation.
-    std::vector<int32_t> d = drafter(history);
+    std::vector<int32_t> d = drafter.draft(history);
     d.resize(std::min<size_t>(d.size(), static_cast<size_t>(left - 1)));
     // The policy may verify fewer, or none: then the first draft is only compared with the
     // token chosen next (its acceptance, measured for free).
@@ -73,7 +86,7 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
     if (rewind_by_checkpoint) model.save_checkpoint(cache);
     logits.resize(batch.size() * n_vocab);
     model.forward(batch, cache, d.empty() ? LogitsMode::Last : LogitsMode::All, logits.data(),
-                  opt.hooks);
+                  hooks);
     if (d.empty()) {
       step_done(1);
       std::copy_n(logits.begin(), n_vocab, row.begin());
@@ -113,14 +126,16 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
     if (keep_n < batch.size()) {
       if (!rewind_by_checkpoint) {
         cache.truncate(n_before + static_cast<int64_t>(keep_n));
+        rewound();
       } else {
         if (!model.restore_checkpoint(cache)) {
           throw Error("speculative decoding: the sequence's checkpoint is gone");
         }
+        rewound();
         ++st.replays;
         // The replay's logits are those of a row already chosen from: written and dropped.
         model.forward(std::span<const int32_t>(batch.data(), keep_n), cache, LogitsMode::Last,
-                      logits.data(), opt.hooks);
+                      logits.data(), hooks);
       }
     }
     step_done(batch.size());

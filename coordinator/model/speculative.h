@@ -10,6 +10,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "coordinator/model/draft_policy.h"
@@ -30,7 +31,21 @@ std::string describe(const SpeculativeStats& st);
 
 // Proposes the tokens that may follow `history` (the prompt and every token chosen so far);
 // an empty draft means one token is decoded alone.
-using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> history)>;
+using DraftFn = std::function<std::vector<int32_t>(std::span<const int32_t> history)>;
+
+// A source of drafts. One that follows the target's state (the MTP block) also sees the target's
+// hidden rows after every forward (`observe`, ForwardHooks::observe_hidden) and hears when the
+// sequence went back to n positions after a verification (`rewind`).
+struct Drafter {
+  DraftFn draft;
+  std::function<void(std::span<const int32_t> tokens, int64_t pos0, const float* hidden)> observe;
+  std::function<void(int64_t n_past)> rewind;
+  Drafter() = default;
+  // A plain function drafts from the text alone.
+  template <typename F>
+  requires std::is_invocable_r_v<std::vector<int32_t>, F, std::span<const int32_t>> Drafter(F f)
+      : draft(std::move(f)) {}  // NOLINT(google-explicit-constructor)
+};
 
 // The n-gram lookup as a Drafter.
 Drafter ngram_drafter(const NgramDraftOptions& opt);

@@ -230,7 +230,7 @@ std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const 
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(model.config().n_vocab) - 1);
   std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(1, a.n_prompt)));
   for (auto& t : prompt) t = dist(rng);
-  Drafter drafter = ngram_drafter(a.spec.ngram);
+  Drafter drafter = moe::tools::make_drafter(a.spec, model, cache.n_ctx());
   if (a.spec_drafts_fail) {
     drafter = [&rng, dist, n = a.spec.ngram.draft_max](std::span<const int32_t>) mutable {
       std::vector<int32_t> draft(static_cast<size_t>(n));

@@ -143,7 +143,8 @@ int run(const Args& a) {
   }
   if (a.spec.type == "ngram") {
     SpeculativeStats st;
-    res = generate_speculative(*model, cache, prompt, opt, ngram_drafter(a.spec.ngram), &st);
+    res = generate_speculative(*model, cache, prompt, opt,
+                               moe::tools::make_drafter(a.spec, *model, cache.n_ctx()), &st);
     std::fprintf(stderr, "moe-run: speculative (n-gram): %s\n", describe(st).c_str());
   } else {
     res = generate(*model, cache, prompt, opt);

@@ -59,7 +59,8 @@ std::vector<TensorSpec> build(const Qwen35MoeSpec& s, gguf::GgufWriter& w) {
   w.set_string("general.name", s.name);
   w.set_u32("general.file_type", file_type_of(s.wtype, s.mix));
   w.set_u32("general.quantization_version", 2);
-  w.set_u32(a + "block_count", u32(s.n_layer));
+  w.set_u32(a + "block_count", u32(s.n_layer + (s.mtp ? 1 : 0)));
+  if (s.mtp) w.set_u32(a + "nextn_predict_layers", 1);
   w.set_u32(a + "context_length", u32(s.n_ctx));
   w.set_u32(a + "embedding_length", u32(s.n_embd));
   w.set_u32(a + "attention.head_count", u32(s.n_head));
@@ -102,6 +103,27 @@ std::vector<TensorSpec> build(const Qwen35MoeSpec& s, gguf::GgufWriter& w) {
   const auto gain = [&](const std::string& name, int64_t n, int layer, float sigma = 0.1f) {
     f32(name, {n}, Init::Gain, sigma, 0, layer);
   };
+  // A gated full-attention layer's tensors, and a layer's MoE block (post-attention norm, router,
+  // routed and shared experts).
+  const auto attention = [&](const std::string& p, int l) {
+    matrix(p + "attn_q.weight", {E, 2 * q}, inv(E), l);  // per head: query rows, gate rows
+    matrix(p + "attn_k.weight", {E, kv}, inv(E), l);
+    matrix(p + "attn_v.weight", {E, kv}, inv(E), l);
+    matrix(p + "attn_output.weight", {q, E}, 0.5f * inv(q), l);
+    gain(p + "attn_q_norm.weight", hd, l, 0.2f);
+    gain(p + "attn_k_norm.weight", hd, l, 0.2f);
+  };
+  const auto moe_block = [&](const std::string& p, int l, Role router) {
+    gain(p + "post_attention_norm.weight", E, l);
+    f32(p + "ffn_gate_inp.weight", {E, s.n_expert}, Init::Gaussian, inv(E), 0, l, router);
+    matrix(p + "ffn_gate_exps.weight", {E, s.n_ff, s.n_expert}, inv(E), l);
+    matrix(p + "ffn_up_exps.weight", {E, s.n_ff, s.n_expert}, inv(E), l);
+    matrix(p + "ffn_down_exps.weight", {s.n_ff, E, s.n_expert}, inv(s.n_ff), l);
+    f32(p + "ffn_gate_inp_shexp.weight", {E}, Init::Gaussian, inv(E), 0, l);
+    matrix(p + "ffn_gate_shexp.weight", {E, s.n_ff_shexp}, inv(E), l);
+    matrix(p + "ffn_up_shexp.weight", {E, s.n_ff_shexp}, inv(E), l);
+    matrix(p + "ffn_down_shexp.weight", {s.n_ff_shexp, E}, inv(s.n_ff_shexp), l);
+  };
   matrix("token_embd.weight", {E, n_vocab}, 0.5f, -1, Role::Embedding);
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -119,22 +141,21 @@ std::vector<TensorSpec> build(const Qwen35MoeSpec& s, gguf::GgufWriter& w) {
       gain(p + "ssm_norm.weight", s.ssm_head_dim, l);
       matrix(p + "ssm_out.weight", {DI, E}, 0.5f * inv(DI), l);
     } else {
-      matrix(p + "attn_q.weight", {E, 2 * q}, inv(E), l);  // per head: query rows, gate rows
-      matrix(p + "attn_k.weight", {E, kv}, inv(E), l);
-      matrix(p + "attn_v.weight", {E, kv}, inv(E), l);
-      matrix(p + "attn_output.weight", {q, E}, 0.5f * inv(q), l);
-      gain(p + "attn_q_norm.weight", hd, l, 0.2f);
-      gain(p + "attn_k_norm.weight", hd, l, 0.2f);
+      attention(p, l);
     }
-    gain(p + "post_attention_norm.weight", E, l);
-    f32(p + "ffn_gate_inp.weight", {E, s.n_expert}, Init::Gaussian, inv(E), 0, l, Role::Router);
-    matrix(p + "ffn_gate_exps.weight", {E, s.n_ff, s.n_expert}, inv(E), l);
-    matrix(p + "ffn_up_exps.weight", {E, s.n_ff, s.n_expert}, inv(E), l);
-    matrix(p + "ffn_down_exps.weight", {s.n_ff, E, s.n_expert}, inv(s.n_ff), l);
-    f32(p + "ffn_gate_inp_shexp.weight", {E}, Init::Gaussian, inv(E), 0, l);
-    matrix(p + "ffn_gate_shexp.weight", {E, s.n_ff_shexp}, inv(E), l);
-    matrix(p + "ffn_up_shexp.weight", {E, s.n_ff_shexp}, inv(E), l);
-    matrix(p + "ffn_down_shexp.weight", {s.n_ff_shexp, E}, inv(s.n_ff_shexp), l);
+    moe_block(p, l, Role::Router);
+  }
+  if (s.mtp) {
+    // Its layer index is past the main layers': no skew ranks, types as a main layer's.
+    const int l = s.n_layer;
+    const std::string p = "blk." + std::to_string(l) + ".";
+    matrix(p + "nextn.eh_proj.weight", {2 * E, E}, inv(2 * E), l);
+    gain(p + "nextn.enorm.weight", E, l);
+    gain(p + "nextn.hnorm.weight", E, l);
+    gain(p + "nextn.shared_head_norm.weight", E, l);
+    gain(p + "attn_norm.weight", E, l);
+    attention(p, l);
+    moe_block(p, l, Role::Other);
   }
   gain("output_norm.weight", E, -1);
   if (!s.tied) matrix("output.weight", {E, n_vocab}, 0.15f, -1);

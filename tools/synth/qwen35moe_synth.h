@@ -42,6 +42,10 @@ struct Qwen35MoeSpec {
   using Mix = QuantMix;
   Mix mix = Mix::Uniform;
   bool tied = false;  // no output.weight
+  // A multi-token-prediction block after the main layers, as the real files carry it
+  // (nextn_predict_layers 1, block_count n_layer + 1): a gated full-attention layer with routed
+  // and shared experts behind nextn.eh_proj (embedding and hidden state, normed and concatenated).
+  bool mtp = false;
   uint64_t seed = 1234;
   // Expert popularity, as Qwen3MoeSpec::skew.
   float skew = 0.0f;
