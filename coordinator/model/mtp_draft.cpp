@@ -57,7 +57,7 @@ struct MtpState {
     target_past = n_past;
   }
 
-  std::vector<int32_t> draft(std::span<const int32_t> history) {
+  std::vector<int32_t> draft(std::span<const int32_t> history, int n) {
     std::vector<int32_t> out;
     if (history.empty()) return out;
     if (cache.n_past() > target_past) cache.truncate(target_past);
@@ -66,7 +66,8 @@ struct MtpState {
     int32_t tok = history.back();
     h_in = pending;
     h_out.resize(static_cast<size_t>(E));
-    while (static_cast<int>(out.size()) < draft_max && cache.n_past() < cache.n_ctx()) {
+    while (static_cast<int>(out.size()) < std::min(n, draft_max) &&
+           cache.n_past() < cache.n_ctx()) {
       model.mtp_forward({&tok, 1}, h_in.data(), cache, h_out.data(), logits.data());
       if (logits_out) *logits_out = logits;
       tok = argmax(logits);
@@ -98,7 +99,9 @@ Drafter mtp_drafter(ModelArch& model, int64_t n_ctx, int draft_max,
   auto st = std::make_shared<MtpState>(model, n_ctx, draft_max);
   st->logits_out = last_logits;
   Drafter d;
-  d.draft = [st](std::span<const int32_t> history) { return st->draft(history); };
+  d.draft = [st](std::span<const int32_t> history) { return st->draft(history, st->draft_max); };
+  d.draft_n = [st](std::span<const int32_t> history, int n) { return st->draft(history, n); };
+  d.max_len = draft_max;
   d.observe = [st](std::span<const int32_t> t, int64_t p, const float* h) { st->observe(t, p, h); };
   d.rewind = [st](int64_t n) { st->rewind(n); };
   return d;

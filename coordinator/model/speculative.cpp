@@ -60,8 +60,16 @@ GenerateResult generate_speculative(ModelArch& model, KvCache& cache,
     if (!emit(cur, row)) break;
     const auto left = opt.n_steps - static_cast<int64_t>(res.tokens.size());
     if (left == 0) break;
-    // Draft no further than the tokens still to choose: the last one needs no evaluation.
-    std::vector<int32_t> d = drafter.draft(history);
+    // Draft no further than the tokens still to choose: the last one needs no evaluation. A
+    // drafter that pays per token asks the policy first and drafts only what it would verify.
+    std::vector<int32_t> d;
+    if (policy && drafter.draft_n && drafter.max_len > 0) {
+      const int want = std::min<int64_t>(drafter.max_len, left - 1);
+      d = want > 0 ? drafter.draft_n(history, std::max(policy->length(want), 1))
+                   : std::vector<int32_t>{};
+    } else {
+      d = drafter.draft(history);
+    }
     d.resize(std::min<size_t>(d.size(), static_cast<size_t>(left - 1)));
     // The policy may verify fewer, or none: then the first draft is only compared with the
     // token chosen next (its acceptance, measured for free).

@@ -40,6 +40,11 @@ struct Drafter {
   DraftFn draft;
   std::function<void(std::span<const int32_t> tokens, int64_t pos0, const float* hidden)> observe;
   std::function<void(int64_t n_past)> rewind;
+  // A drafter whose every token costs a forward of its own (the MTP block): draft_n proposes at
+  // most n, and the cost model is asked before drafting how many of max_len it would verify (one
+  // is still drafted when none would be, to keep measuring the acceptance).
+  std::function<std::vector<int32_t>(std::span<const int32_t> history, int n)> draft_n;
+  int max_len = 0;
   Drafter() = default;
   // A plain function drafts from the text alone.
   template <typename F>

@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "coordinator/model/draft_policy.h"
 #include "coordinator/model/generation.h"
 #include "coordinator/model/model_arch.h"
 #include "coordinator/model/mtp_draft.h"
@@ -146,6 +147,16 @@ TEST(Mtp, GreedyTokensEqualThoseWithoutDrafts) {
     EXPECT_EQ(c.n_past(), plain.n_past());
     EXPECT_GT(st.drafted, 0);
     std::printf("[mtp] draft max %d: %s\n", draft_max, describe(st).c_str());
+    // Priced: the cost model asked before drafting (one draft kept for its acceptance when off).
+    KvCache cp = m.make_cache(128, KvType::F32, KvType::F32);
+    DraftPolicy policy(draft_max);
+    SpeculativeStats sp;
+    const GenerateResult priced =
+        generate_speculative(m, cp, p, opt, mtp_drafter(m, 128, draft_max), &sp, &policy);
+    EXPECT_EQ(priced.tokens, want.tokens);
+    EXPECT_EQ(cp.n_past(), plain.n_past());
+    std::printf("[mtp] draft max %d, priced: %s, acceptance %.2f\n", draft_max,
+                describe(sp).c_str(), policy.acceptance());
   }
 }
 
