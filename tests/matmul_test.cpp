@@ -16,6 +16,49 @@
 namespace moe::cpu {
 namespace {
 
+// n_out random rows of `type`, each n_in long, as a matmul weight over its own bytes.
+struct RandomWeights {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+  RandomWeights(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937& rng) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      const auto row = test::random_row(type, n_in, rng);
+      bytes.insert(bytes.end(), row.begin(), row.end());
+    }
+    w = make_weight_matrix(type, bytes.data(), n_in, n_out);
+  }
+};
+
+// matmul of n_rows fresh random rows on `isa` against vec_dot_ref of each (weight row, quantized
+// activation row), within 1e-5 of the sum of |w * a| over the row.
+void expect_matmul_matches_ref(const RandomWeights& rw, int64_t n_rows, Isa isa, ThreadPool& pool,
+                               MatmulScratch& scratch, std::mt19937& rng) {
+  const WeightMatrix& w = rw.w;
+  const int64_t n_in = w.n_in, n_out = w.n_out;
+  const ActFormat fmt = act_format_for(w.type);
+  const auto x = test::random_floats(n_in * n_rows, rng);
+  std::vector<float> y(static_cast<size_t>(n_rows * n_out), NAN);
+  matmul(w, x.data(), n_rows, y.data(), pool, scratch, isa);
+  std::vector<uint8_t> act(act_row_bytes(fmt, n_in));
+  std::vector<float> wf(static_cast<size_t>(n_in)), af(static_cast<size_t>(n_in));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    quantize_act_row_ref(fmt, x.data() + r * n_in, act.data(), n_in);
+    dequantize_act_row(fmt, act.data(), af.data(), n_in);
+    for (int64_t o = 0; o < n_out; ++o) {
+      const uint8_t* wrow = rw.bytes.data() + o * w.row_bytes;
+      float want = 0;
+      vec_dot_ref(w.type, n_in, wrow, act.data(), act.size(), 1, &want);
+      dequantize_row(w.type, wrow, wf.data(), n_in);
+      double mag = 0;
+      for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(static_cast<double>(wf[i]) * af[i]);
+      const float got = y[static_cast<size_t>(r * n_out + o)];
+      EXPECT_LE(std::fabs(static_cast<double>(got) - want), 1e-5 * mag + 1e-30)
+          << isa_name(isa) << " rows=" << n_rows << " r=" << r << " o=" << o << " got " << got
+          << " want " << want;
+    }
+  }
+}
+
 class MatmulTest : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(MatmulTest, MatchesReferenceForGemvAndGemmShapes) {
@@ -23,37 +66,12 @@ TEST_P(MatmulTest, MatchesReferenceForGemvAndGemmShapes) {
   const ActFormat fmt = act_format_for(type);
   const auto info = ggml_type_info_or_throw(type);
   const int64_t n_in = std::max<int64_t>({info.block_size, act_block_size(fmt), 32}) * 3;
-  const int64_t n_out = 13;  // odd: not a multiple of any SIMD or task width
   std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
-  std::vector<uint8_t> wbytes;
-  for (int64_t o = 0; o < n_out; ++o) {
-    const auto row = test::random_row(type, n_in, rng);
-    wbytes.insert(wbytes.end(), row.begin(), row.end());
-  }
-  const WeightMatrix w = make_weight_matrix(type, wbytes.data(), n_in, n_out);
+  const RandomWeights rw(type, n_in, 13, rng);  // 13 rows: not a multiple of any SIMD or task width
   ThreadPool pool(2);
   MatmulScratch scratch;
   for (int64_t n_rows : {1, 7, 8, 9, 37}) {
-    const auto x = test::random_floats(n_in * n_rows, rng);
-    std::vector<float> y(static_cast<size_t>(n_rows * n_out), NAN);
-    matmul(w, x.data(), n_rows, y.data(), pool, scratch, best_isa());
-    std::vector<uint8_t> act(act_row_bytes(fmt, n_in));
-    std::vector<float> wf(static_cast<size_t>(n_in)), af(static_cast<size_t>(n_in));
-    for (int64_t r = 0; r < n_rows; ++r) {
-      quantize_act_row_ref(fmt, x.data() + r * n_in, act.data(), n_in);
-      dequantize_act_row(fmt, act.data(), af.data(), n_in);
-      for (int64_t o = 0; o < n_out; ++o) {
-        const uint8_t* wrow = wbytes.data() + o * w.row_bytes;
-        float want = 0;
-        vec_dot_ref(type, n_in, wrow, act.data(), act.size(), 1, &want);
-        dequantize_row(type, wrow, wf.data(), n_in);
-        double mag = 0;
-        for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(static_cast<double>(wf[i]) * af[i]);
-        const float got = y[static_cast<size_t>(r * n_out + o)];
-        EXPECT_LE(std::fabs(static_cast<double>(got) - want), 1e-5 * mag + 1e-30)
-            << "rows=" << n_rows << " r=" << r << " o=" << o << " got " << got << " want " << want;
-      }
-    }
+    expect_matmul_matches_ref(rw, n_rows, best_isa(), pool, scratch, rng);
   }
 }
 
@@ -65,41 +83,14 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(test::computa
 // MXFP4 (gpt-oss's experts) at its real row length, 2880 (22 groups of 4 blocks and a padded
 // last one), on every ISA this CPU runs: the GEMV for 1-8 rows, the GEMM beyond.
 TEST(Matmul, Mxfp4AtGptOssShapesOnEveryIsa) {
-  const GgmlType type = GgmlType::MXFP4;
-  const ActFormat fmt = act_format_for(type);
-  const int64_t n_in = 2880, n_out = 13;
   std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
-  std::vector<uint8_t> wbytes;
-  for (int64_t o = 0; o < n_out; ++o) {
-    const auto row = test::random_row(type, n_in, rng);
-    wbytes.insert(wbytes.end(), row.begin(), row.end());
-  }
-  const WeightMatrix w = make_weight_matrix(type, wbytes.data(), n_in, n_out);
+  const RandomWeights rw(GgmlType::MXFP4, 2880, 13, rng);
   ThreadPool pool(2);
   MatmulScratch scratch;
   for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
     if (!isa_supported(isa)) continue;
     for (int64_t n_rows : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
-      const auto x = test::random_floats(n_in * n_rows, rng);
-      std::vector<float> y(static_cast<size_t>(n_rows * n_out), NAN);
-      matmul(w, x.data(), n_rows, y.data(), pool, scratch, isa);
-      std::vector<uint8_t> act(act_row_bytes(fmt, n_in));
-      std::vector<float> wf(static_cast<size_t>(n_in)), af(static_cast<size_t>(n_in));
-      for (int64_t r = 0; r < n_rows; ++r) {
-        quantize_act_row_ref(fmt, x.data() + r * n_in, act.data(), n_in);
-        dequantize_act_row(fmt, act.data(), af.data(), n_in);
-        for (int64_t o = 0; o < n_out; ++o) {
-          const uint8_t* wrow = wbytes.data() + o * w.row_bytes;
-          float want = 0;
-          vec_dot_ref(type, n_in, wrow, act.data(), act.size(), 1, &want);
-          dequantize_row(type, wrow, wf.data(), n_in);
-          double mag = 0;
-          for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(static_cast<double>(wf[i]) * af[i]);
-          const float got = y[static_cast<size_t>(r * n_out + o)];
-          EXPECT_LE(std::fabs(static_cast<double>(got) - want), 1e-5 * mag)
-              << isa_name(isa) << " rows=" << n_rows << " r=" << r << " o=" << o;
-        }
-      }
+      expect_matmul_matches_ref(rw, n_rows, isa, pool, scratch, rng);
     }
   }
 }

@@ -112,8 +112,8 @@ std::span<const int32_t> SequenceSlot::next_tokens(int64_t budget) {
   // A cache that cannot go back far (a recurrent state, sliding-window rings) keeps a checkpoint
   // just before the prompt's last token: a later prompt that shares this one (a chat's next turn,
   // the same prompt again) resumes there.
-  const bool hybrid = cache_->needs_checkpoints();
-  const int64_t end = hybrid && next_prompt_ < n_prompt - 1 ? n_prompt - 1 : n_prompt;
+  const bool checkpointed = cache_->needs_checkpoints();
+  const int64_t end = checkpointed && next_prompt_ < n_prompt - 1 ? n_prompt - 1 : n_prompt;
   const int64_t n = std::min(budget, end - next_prompt_);
   return {prompt().data() + next_prompt_, static_cast<size_t>(n)};
 }

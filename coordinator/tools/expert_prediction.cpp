@@ -136,27 +136,24 @@ std::string prediction_table(const std::vector<PredictionRow>& rows, int64_t k, 
     std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
     return std::string(b);
   };
-  PredictionRow mean;
+  double out = 0, out2 = 0, attn = 0, attn2 = 0;
   int64_t with_attn = 0;
   for (const PredictionRow& r : rows) {
     s += "| " + std::to_string(r.layer) + " | " + cell(r.hit_out) + " | " + cell(r.recall2_out) +
          " | " + cell(r.hit_attn) + " | " + cell(r.recall2_attn) + " |\n";
-    mean.hit_out += r.hit_out;
-    mean.recall2_out += r.recall2_out;
-    if (r.hit_attn >= 0) {
-      mean.hit_attn = (with_attn == 0 ? 0 : mean.hit_attn) + r.hit_attn;
-      mean.recall2_attn = (with_attn == 0 ? 0 : mean.recall2_attn) + r.recall2_attn;
-      ++with_attn;
-    }
+    out += r.hit_out;
+    out2 += r.recall2_out;
+    if (r.hit_attn < 0) continue;
+    attn += r.hit_attn;
+    attn2 += r.recall2_attn;
+    ++with_attn;
   }
   if (!rows.empty()) {
     const auto nr = static_cast<double>(rows.size());
-    if (with_attn > 0) {
-      mean.hit_attn /= static_cast<double>(with_attn);
-      mean.recall2_attn /= static_cast<double>(with_attn);
-    }
-    s += "| mean | " + cell(mean.hit_out / nr) + " | " + cell(mean.recall2_out / nr) + " | " +
-         cell(mean.hit_attn) + " | " + cell(mean.recall2_attn) + " |\n";
+    const auto na = static_cast<double>(with_attn);
+    s += "| mean | " + cell(out / nr) + " | " + cell(out2 / nr) + " | " +
+         cell(with_attn > 0 ? attn / na : -1) + " | " + cell(with_attn > 0 ? attn2 / na : -1) +
+         " |\n";
   }
   // What a guess without the router finds: k (2k) random experts of n_expert.
   const double chance = static_cast<double>(k) / static_cast<double>(n_expert);

@@ -59,6 +59,25 @@ std::vector<int32_t> prompt() {
   return p;
 }
 
+// The block's logits for the last of `history` by hand: token q paired with hidden row q - 1 (the
+// target's state; zeros for the first), the first `batch` tokens as one batch, the rest one by
+// one, the last with the state after the one before it.
+std::vector<float> hand_draft_logits(ModelArch& m, const std::vector<int32_t>& history,
+                                     const std::vector<float>& hidden, int64_t batch) {
+  const int64_t E = m.config().n_embd, n = static_cast<int64_t>(history.size()) - 1;
+  std::vector<float> h_in(static_cast<size_t>((n + 1) * E), 0.0f), h_out(h_in.size());
+  std::copy(hidden.begin(), hidden.begin() + n * E, h_in.begin() + E);
+  KvCache mc = m.make_mtp_cache(n + 1);
+  m.mtp_forward({history.data(), static_cast<size_t>(batch)}, h_in.data(), mc, h_out.data(),
+                nullptr);
+  std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
+  for (int64_t q = batch; q <= n; ++q) {
+    m.mtp_forward({&history[static_cast<size_t>(q)], 1}, h_in.data() + q * E, mc,
+                  h_out.data() + q * E, q == n ? logits.data() : nullptr);
+  }
+  return logits;
+}
+
 TEST(Mtp, LoadsOnlyWhenTheFileHasTheBlock) {
   Loaded with(true), without(false);
   EXPECT_TRUE(with.model->has_mtp());
@@ -86,15 +105,10 @@ TEST(Mtp, FirstDraftPairsEachTokenWithTheStateBefore) {
   ASSERT_EQ(hidden.size(), static_cast<size_t>(n * E));
   const int32_t chosen = argmax(row);
 
-  // By hand: the block over the prompt (row i: token i, state i - 1, zeros for the first), then
-  // the chosen token with the state after the prompt's last token.
-  KvCache mc = m.make_mtp_cache(64);
-  std::vector<float> h_in(static_cast<size_t>(n * E), 0.0f), h_out(h_in.size());
-  std::copy(hidden.begin(), hidden.end() - E, h_in.begin() + E);
-  m.mtp_forward(p, h_in.data(), mc, h_out.data(), nullptr);
-  std::vector<float> h_last(hidden.end() - E, hidden.end()), h1(static_cast<size_t>(E));
-  std::vector<float> mtp_logits(static_cast<size_t>(V));
-  m.mtp_forward({&chosen, 1}, h_last.data(), mc, h1.data(), mtp_logits.data());
+  // By hand: the block over the prompt, then the chosen token.
+  std::vector<int32_t> history = p;
+  history.push_back(chosen);
+  const std::vector<float> mtp_logits = hand_draft_logits(m, history, hidden, n);
   const int32_t want = argmax(mtp_logits);
 
   // The drafter, fed by the target's forward: the same logits, bit for bit.
@@ -104,8 +118,6 @@ TEST(Mtp, FirstDraftPairsEachTokenWithTheStateBefore) {
   ForwardHooks h2;
   h2.observe_hidden = d.observe;
   m.forward(p, c2, LogitsMode::Last, row.data(), &h2);
-  std::vector<int32_t> history = p;
-  history.push_back(chosen);
   EXPECT_EQ(d.draft(history), std::vector<int32_t>{want});
   EXPECT_EQ(drafted_logits, mtp_logits);
 }
@@ -168,7 +180,7 @@ TEST(Mtp, GreedyTokensEqualThoseWithoutDrafts) {
 TEST(Mtp, FollowsTheTargetThroughAcceptedAndRejectedDrafts) {
   Loaded x(true);
   ModelArch& m = *x.model;
-  const int64_t E = m.config().n_embd, V = m.config().n_vocab;
+  const int64_t E = m.config().n_embd;
   const std::vector<int32_t> p = prompt();
   GenerateOptions opt;
   opt.n_steps = 16;
@@ -203,19 +215,9 @@ TEST(Mtp, FollowsTheTargetThroughAcceptedAndRejectedDrafts) {
   const std::vector<int32_t> followed = mtp.draft(history);
   ASSERT_EQ(followed.size(), 1u);
 
-  // By hand: token q paired with the state kept for q - 1 (zeros for the first).
-  const auto n = static_cast<int64_t>(history.size()) - 1;
-  ASSERT_EQ(n, c.n_past());
-  const auto np = static_cast<int64_t>(p.size());
-  std::vector<float> h_in(static_cast<size_t>((n + 1) * E), 0.0f), h_out(h_in.size());
-  std::copy(kept.begin(), kept.begin() + n * E, h_in.begin() + E);
-  KvCache mc = m.make_mtp_cache(128);
-  m.mtp_forward(p, h_in.data(), mc, h_out.data(), nullptr);
-  std::vector<float> logits(static_cast<size_t>(V));
-  for (int64_t q = np; q <= n; ++q) {
-    m.mtp_forward({&history[static_cast<size_t>(q)], 1}, h_in.data() + q * E, mc,
-                  h_out.data() + q * E, q == n ? logits.data() : nullptr);
-  }
+  ASSERT_EQ(static_cast<int64_t>(history.size()) - 1, c.n_past());
+  const std::vector<float> logits =
+      hand_draft_logits(m, history, kept, static_cast<int64_t>(p.size()));
   EXPECT_EQ(followed[0], argmax(logits));
   EXPECT_EQ(followed_logits, logits);
 }
