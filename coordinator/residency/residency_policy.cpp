@@ -342,6 +342,19 @@ void ResidencyPolicy::pin(int64_t layer, int64_t expert) {
   pinned_keys_.push_back(k);  // at most one entry per key: within the reserved capacity
 }
 
+void ResidencyPolicy::reshape(int64_t n_slots, Grouping g) {
+  if (n_slots < 0) {
+    throw Error("residency policy: n_slots must not be negative, got " + std::to_string(n_slots));
+  }
+  n_slots_ = n_slots;
+  grouping_ = g;
+  std::fill(slot_of_.begin(), slot_of_.end(), -1);
+  owner_.assign(n_slots_, -1);
+  filled_ = 0;
+  unpin_all();
+  split_evenly();
+}
+
 void ResidencyPolicy::unpin_all() {
   for (int64_t k : pinned_keys_) pinned_[k] = 0;
   pinned_keys_.clear();

@@ -59,6 +59,11 @@ class ResidencyPolicy {
   // changes, in ascending slot order, and applies them.
   std::vector<Assignment> plan();
 
+  // A pool of n_slots slots grouped as g instead (a live resize, SetExpertPolicy): every slot
+  // starts empty, scores, clock and counters stay, so the next plan() fills it with the hottest
+  // keys. moe::Error (nothing changed) when n_slots < 0.
+  void reshape(int64_t n_slots, Grouping g);
+
   // Admission of one miss fetched over PCIe: the slot to copy it into, recorded as resident there
   // (evicting its old owner); its own slot when it is already resident (nothing changes); -1 when
   // it stays out: a GPU-homed layer, no slot in its range (Layout) or pool, every occupied

@@ -145,6 +145,45 @@ TEST(ResidencyPolicy, PlanPlacesTheTopKeysAndKeepsResidentOnesInPlace) {
   EXPECT_EQ(p.evictions(), 0);
 }
 
+TEST(ResidencyPolicy, ReshapeEmptiesTheSlotsAndKeepsTheScores) {
+  ResidencyPolicy p({true, true}, 4, 3, Grouping::Off, 4096);
+  p.set_scores(counts(2, 4, {{0, 0, 2}, {0, 2, 9}, {1, 1, 7}, {1, 3, 5}, {1, 0, 1}}));
+  p.plan();
+  ASSERT_EQ(p.filled(), 3);
+  ASSERT_EQ(p.admit(0, 0), -1);  // colder than every resident key: stays out
+  EXPECT_THROW(p.reshape(-1, Grouping::Layout), moe::Error);
+  EXPECT_EQ(p.n_slots(), 3);  // unchanged by the refusal
+  EXPECT_EQ(p.filled(), 3);
+
+  // Larger, grouped by layer: empty until planned, then each layer's range holds its hottest.
+  p.reshape(4, Grouping::Layout);
+  EXPECT_EQ(p.n_slots(), 4);
+  EXPECT_EQ(p.grouping(), Grouping::Layout);
+  EXPECT_EQ(p.filled(), 0);
+  EXPECT_EQ(owners(p), (std::vector<int64_t>{-1, -1, -1, -1}));
+  EXPECT_EQ(p.slot_of(0, 2), -1);
+  EXPECT_EQ(p.range(0), (std::pair<int64_t, int64_t>{0, 2}));  // split evenly before a plan
+  const auto changes = p.plan();
+  EXPECT_EQ(changes.size(), 4u);
+  EXPECT_EQ(p.filled(), 4);
+  // Layer 0's mass 11, layer 1's 13: two slots each; the top two of each layer.
+  EXPECT_GE(p.slot_of(0, 2), 0);
+  EXPECT_GE(p.slot_of(0, 0), 0);
+  EXPECT_GE(p.slot_of(1, 1), 0);
+  EXPECT_GE(p.slot_of(1, 3), 0);
+  EXPECT_EQ(p.score(0, 2), 9);  // the scores survived
+
+  // Smaller, one pool again: the hottest key only.
+  p.reshape(1, Grouping::Off);
+  p.plan();
+  EXPECT_EQ(owners(p), (std::vector<int64_t>{0 * 4 + 2}));
+  // No pool: nothing to place, nothing admitted.
+  p.reshape(0, Grouping::Off);
+  EXPECT_TRUE(p.plan().empty());
+  EXPECT_EQ(p.admit(1, 1), -1);
+  EXPECT_EQ(p.filled(), 0);
+}
+
 TEST(ResidencyPolicy, TiesGoToTheLowerLayerThenTheLowerExpert) {
   ResidencyPolicy p({true, true, true}, 4, 3, Grouping::Off, 4096);
   p.set_scores(counts(3, 4, {{2, 0, 5}, {1, 3, 5}, {1, 2, 5}, {0, 3, 5}, {0, 0, 1}}));
