@@ -1,4 +1,4 @@
-// stats, health and shutdown: the Control and grpc.health.v1 services.
+// stats, policy, health and shutdown: the Control and grpc.health.v1 services.
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "coordinator/cli/cli_error.h"
 #include "coordinator/cli/output.h"
 #include "coordinator/cli/stats_table.h"
+#include "coordinator/residency/expert_policy.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "moe/v1/control.grpc.pb.h"
 
@@ -81,6 +82,54 @@ int run_health(const ConnectionOptions& options, const HealthArgs& args) {
     }
     std::this_thread::sleep_for(kHealthRetry);
   }
+}
+
+int run_policy(const ConnectionOptions& options, const PolicyArgs& args) {
+  const auto share = [](const char* flag, const std::optional<std::string>& text,
+                        std::optional<double>& out) {
+    if (!text) return;
+    out = model::parse_share(*text);
+    if (!out) throw UsageError(cat(flag, ": '", *text, "' is neither auto nor a number in [0, 1]"));
+  };
+  std::optional<double> stream, direct, prefill;
+  share("--stream-share", args.stream_share, stream);
+  share("--direct-share", args.direct_share, direct);
+  share("--prefill-cpu-share", args.prefill_cpu_share, prefill);
+  moe::v1::SetExpertPolicyRequest set;
+  if (args.pool_mib) set.set_pool_mib(*args.pool_mib);
+  if (stream) set.set_stream_share(*stream);
+  if (direct) set.set_direct_share(*direct);
+  if (prefill) set.set_prefill_cpu_share(*prefill);
+  if (args.profiler) set.set_profiler_new(*args.profiler == "new");
+  if (args.grouping) set.set_grouping(*args.grouping == "layout");
+  const bool change = set.ByteSizeLong() > 0;
+
+  const Connection conn(options);
+  const auto stub = moe::v1::Control::NewStub(conn.channel());
+  moe::v1::ExpertPolicyResponse policy;
+  if (args.recalibrate) {
+    grpc::ClientContext ctx;
+    conn.prepare(ctx);
+    check(stub->Recalibrate(&ctx, moe::v1::RecalibrateRequest(), &policy));
+  }
+  if (change) {
+    grpc::ClientContext ctx;
+    conn.prepare(ctx);
+    check(stub->SetExpertPolicy(&ctx, set, &policy));
+  } else if (!args.recalibrate) {
+    grpc::ClientContext ctx;
+    conn.prepare(ctx);
+    check(stub->GetExpertPolicy(&ctx, moe::v1::GetExpertPolicyRequest(), &policy));
+  }
+  moe::v1::GetPlacementResponse placement;
+  {
+    grpc::ClientContext ctx;
+    conn.prepare(ctx);
+    check(stub->GetPlacement(&ctx, moe::v1::GetPlacementRequest(), &placement));
+  }
+  TextOut().write(args.json ? format_policy_json(policy, placement)
+                            : format_policy(policy, placement));
+  return 0;
 }
 
 int run_shutdown(const ConnectionOptions& options) {

@@ -58,6 +58,16 @@ struct StatsArgs {
   double interval_s = 1;
 };
 
+// policy: the routed experts' live policy; with no change it is only read.
+struct PolicyArgs {
+  std::optional<int64_t> pool_mib;
+  std::optional<std::string> stream_share, direct_share, prefill_cpu_share;  // 0..1 or auto
+  std::optional<std::string> profiler;                                       // old | new
+  std::optional<std::string> grouping;                                       // off | layout
+  bool recalibrate = false;                                                  // Recalibrate first
+  bool json = false;
+};
+
 struct HealthArgs {
   double wait_s = 0;  // > 0: retry every 200 ms until SERVING or this much time passed
 };
@@ -78,6 +88,7 @@ int run_template(const ConnectionOptions& conn, const TemplateArgs& args);
 // admin_commands.cpp
 int run_stats(const ConnectionOptions& conn, const StatsArgs& args);
 int run_health(const ConnectionOptions& conn, const HealthArgs& args);
+int run_policy(const ConnectionOptions& conn, const PolicyArgs& args);
 int run_shutdown(const ConnectionOptions& conn);
 
 }  // namespace moe::cli

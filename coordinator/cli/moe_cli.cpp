@@ -13,6 +13,7 @@
 
 #include "coordinator/cli/cli_commands.h"
 #include "coordinator/cli/cli_error.h"
+#include "coordinator/residency/expert_policy.h"
 
 namespace {
 
@@ -151,6 +152,36 @@ int main(int argc, char** argv) {
   stats_cmd->add_option("--interval", stats.interval_s, "seconds between redraws (default 1)")
       ->check(CLI::Range(0.1, 3600.0));
 
+  // policy
+  PolicyArgs policy;
+  CLI::App* policy_cmd = app.add_subcommand(
+      "policy",
+      "the routed experts' live policy on a GPU with CPU-homed experts, and each layer's split "
+      "(GetExpertPolicy, GetPlacement); the options change it between decode steps "
+      "(SetExpertPolicy, Recalibrate)");
+  policy_cmd->add_option("--pool-mib", policy.pool_mib, "resize the VRAM pool (0: none)")
+      ->type_name("MIB")
+      ->check(CLI::Range(int64_t{0}, moe::model::kMaxPoolMib));
+  policy_cmd
+      ->add_option("--stream-share", policy.stream_share,
+                   "share of a decode layer's misses copied over PCIe, or auto")
+      ->type_name("SHARE|auto");
+  policy_cmd
+      ->add_option("--direct-share", policy.direct_share,
+                   "share of a decode layer's misses the GPU reads in place, or auto")
+      ->type_name("SHARE|auto");
+  policy_cmd
+      ->add_option("--prefill-cpu-share", policy.prefill_cpu_share,
+                   "share of a prefill layer's streamed experts the CPU computes, or auto")
+      ->type_name("SHARE|auto");
+  policy_cmd->add_option("--profiler", policy.profiler, "the miss profiler: old or new")
+      ->check(CLI::IsMember({"old", "new"}));
+  policy_cmd->add_option("--grouping", policy.grouping, "the pool's grouping: off or layout")
+      ->check(CLI::IsMember({"off", "layout"}));
+  policy_cmd->add_flag("--recalibrate", policy.recalibrate,
+                       "measure the machine's rates again (PCIe, GPU and CPU time per expert)");
+  policy_cmd->add_flag("--json", policy.json, "as one JSON object");
+
   // health
   HealthArgs health;
   CLI::App* health_cmd =
@@ -196,6 +227,7 @@ int main(int argc, char** argv) {
     if (tmpl_cmd->parsed()) return run_template(conn, tmpl);
     if (stats_cmd->parsed()) return run_stats(conn, stats);
     if (health_cmd->parsed()) return run_health(conn, health);
+    if (policy_cmd->parsed()) return run_policy(conn, policy);
     if (shutdown_cmd->parsed()) return run_shutdown(conn);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "moe-cli: %s\n", e.what());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "coordinator/cli/output.h"
+#include "coordinator/residency/expert_policy.h"
 
 namespace moe::cli {
 
@@ -216,6 +217,54 @@ std::string format_layer_table(const moe::v1::GetStatsResponse& s) {
                       format("%.2f s", l.expert_ms() / 1e3)});
   }
   return cat('\n', t.render());
+}
+
+std::string format_policy(const moe::v1::ExpertPolicyResponse& r,
+                          const moe::v1::GetPlacementResponse& placement) {
+  const moe::v1::ExpertPolicy& p = r.policy();
+  const auto mib = [](uint64_t b) {
+    return format("%.0f MiB", static_cast<double>(b) / (1 << 20));
+  };
+  std::string out;
+  if (p.pool_slots() == 0) {
+    out += "pool:              none (up to " + mib(p.pool_max_bytes()) + ")\n";
+  } else {
+    out += format("pool:              %s, %lld of %lld slots filled (%.1f MiB each; up to %s)\n",
+                  mib(p.pool_bytes()).c_str(), static_cast<long long>(p.pool_filled()),
+                  static_cast<long long>(p.pool_slots()),
+                  static_cast<double>(p.slot_bytes()) / (1 << 20), mib(p.pool_max_bytes()).c_str());
+  }
+  out += "stream share:      " + model::format_share(p.stream_share()) + "\n";
+  out += "direct share:      " + model::format_share(p.direct_share()) +
+         format(" (in effect %.2f)\n", p.direct_share_now());
+  out += "prefill CPU share: " + model::format_share(p.prefill_cpu_share()) + "\n";
+  out += cat("profiler:          ", p.profiler_new() ? "new" : "old", '\n');
+  out += cat("grouping:          ", p.grouping() ? "layout" : "off", '\n');
+  out +=
+      format("changes:           %llu since start", static_cast<unsigned long long>(p.changes()));
+  if (p.recalibrated_ms() > 0) out += format("; last recalibration %.0f ms", p.recalibrated_ms());
+  out += format("; this call %.1f ms\n", r.apply_ms());
+  if (placement.layers_size() == 0) return out;
+  Table t;
+  t.header = {"LAYER", "HOME", "VRAM", "DIRECT", "CPU"};
+  t.right = {true, false, true, true, true};
+  for (const auto& l : placement.layers()) {
+    t.rows.push_back({std::to_string(l.layer()), l.gpu_home() ? "gpu" : "cpu",
+                      std::to_string(l.vram()), std::to_string(l.direct()),
+                      std::to_string(l.cpu())});
+  }
+  return out + '\n' + t.render();
+}
+
+std::string format_policy_json(const moe::v1::ExpertPolicyResponse& policy,
+                               const moe::v1::GetPlacementResponse& placement) {
+  nlohmann::ordered_json j;
+  j["policy"] = nlohmann::ordered_json::parse(to_json(policy));
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (const auto& l : placement.layers())
+    layers.push_back(nlohmann::ordered_json::parse(to_json(l)));
+  j["layers"] = std::move(layers);
+  return j.dump() + "\n";
 }
 
 std::string format_stats_json(const moe::v1::GetStatsResponse& stats,

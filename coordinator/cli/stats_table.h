@@ -1,4 +1,5 @@
-// GetStats and GetPlacement for people (a table) and for programs (one JSON object).
+// GetStats, GetPlacement and the expert policy for people (a table) and for programs (one JSON
+// object).
 #pragma once
 
 #include <string>
@@ -22,5 +23,13 @@ std::string format_expert_runtime(const moe::v1::GetStatsResponse& stats);
 // field names (64-bit counters are strings, as that mapping writes them), on one line.
 std::string format_stats_json(const moe::v1::GetStatsResponse& stats,
                               const moe::v1::GetPlacementResponse& placement);
+
+// The routed experts' live policy (pool, shares, profiler, grouping) and, from the placement,
+// one row per MoE layer: where its experts are (VRAM, read in place over PCIe, CPU).
+std::string format_policy(const moe::v1::ExpertPolicyResponse& policy,
+                          const moe::v1::GetPlacementResponse& placement);
+// {"policy": ExpertPolicyResponse, "layers": [LayerPlacement...]} on one line.
+std::string format_policy_json(const moe::v1::ExpertPolicyResponse& policy,
+                               const moe::v1::GetPlacementResponse& placement);
 
 }  // namespace moe::cli

@@ -30,6 +30,7 @@ Engine::Engine(model::ModelArch& model, const tokenizer::Tokenizer& tok, EngineO
                 "token of each of " + std::to_string(opt_.n_parallel) + " slots (raise -ub/-b)");
   }
   stats_.queue_capacity = opt_.queue_capacity;
+  stats_.policy = model_.expert_policy();  // before the scheduler starts: no forward runs yet
   fingerprint_ = SlotFingerprint::of(
       model_.config(), model::KvCache(model_.config(), 1, opt_.kv, model::KvStorage::None),
       opt_.weights);
@@ -105,13 +106,14 @@ void Engine::scheduler_loop() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] {
-        return stop_ || !probes_.empty() || !slot_tasks_.empty() || busy_ > 0 ||
-               (!queue_.empty() && busy_ < slots_.size());
+        return stop_ || !probes_.empty() || !slot_tasks_.empty() || !policy_tasks_.empty() ||
+               busy_ > 0 || (!queue_.empty() && busy_ < slots_.size());
       });
       if (stop_) break;
     }
     run_probes();
     run_slot_tasks();
+    run_policy_tasks();
     admit();
     step();
     update_slot_stats();
@@ -121,11 +123,13 @@ void Engine::scheduler_loop() {
   std::deque<std::shared_ptr<Job>> left;
   std::vector<std::shared_ptr<Probe>> probes;
   std::vector<std::shared_ptr<SlotTask>> slot_tasks;
+  std::vector<std::shared_ptr<PolicyTask>> policy_tasks;
   {
     std::lock_guard lock(mu_);
     left.swap(queue_);
     probes.swap(probes_);
     slot_tasks.swap(slot_tasks_);
+    policy_tasks.swap(policy_tasks_);
   }
   for (auto& slot : slots_) {
     if (slot->busy()) {
@@ -140,6 +144,12 @@ void Engine::scheduler_loop() {
   for (auto& p : probes) p->result.set_value("the engine is stopping");
   for (auto& t : slot_tasks) {
     t->result.set_value({SlotActionResult::Unavailable, "the server is stopping"});
+  }
+  for (auto& t : policy_tasks) {
+    PolicyResult r;
+    r.status = PolicyResult::Unavailable;
+    r.message = "the server is stopping";
+    t->result.set_value(std::move(r));
   }
   update_slot_stats();
   idle_cv_.notify_all();
@@ -392,9 +402,11 @@ void Engine::end_job(const SequenceSlot::Progress& progress, Job& job, JobEvent 
                           progress.generated_tokens);
   }
   std::optional<model::ExpertRuntimeStats> experts = model_.expert_runtime();
+  std::optional<model::ExpertPolicy> policy = model_.expert_policy();
   {
     std::lock_guard lock(mu_);
     stats_.experts = experts;
+    stats_.policy = policy;
     if (end.kind == JobEvent::Finish) {
       ++stats_.completed;
       stats_.prompt_tokens += static_cast<uint64_t>(req.prompt.size());

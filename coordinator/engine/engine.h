@@ -81,6 +81,17 @@ struct SlotStats {
   int64_t n_cached = 0;  // tokens in its cache (the prompt cache between requests)
 };
 
+// The routed experts' live policy, read or changed (Engine::expert_policy).
+struct PolicyResult {
+  // Invalid: a value out of range (nothing changed); Unsupported, NoRoom, Failed: as
+  // model::PolicyOutcome; Unavailable: the engine is stopping.
+  enum Status { Ok, Invalid, Unsupported, NoRoom, Failed, Unavailable } status = Ok;
+  std::string message;                        // why, when not Ok
+  std::optional<model::ExpertPolicy> policy;  // as it is now (none without a GPU forward)
+  std::vector<model::LayerSplit> layers;      // each MoE layer's split now
+  double ms = 0;                              // waiting for the step in flight, and applying
+};
+
 struct EngineStats {
   uint64_t accepted = 0, completed = 0, failed = 0, cancelled = 0, rejected = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;
@@ -91,6 +102,8 @@ struct EngineStats {
   bool draining = false;
   // The routed experts' runtime figures after the last finished job (GPU forwards only).
   std::optional<model::ExpertRuntimeStats> experts;
+  // The experts' live policy after the last finished job or policy change (GPU forwards only).
+  std::optional<model::ExpertPolicy> policy;
 };
 
 class Engine {
@@ -125,9 +138,18 @@ class Engine {
   SlotActionResult slot_action(const SlotAction& action);
   int64_t n_ctx() const { return opt_.n_ctx; }
 
+  // Reads the routed experts' policy and split (an empty change) or changes it (a recalibration
+  // first, when asked). The change is checked here, then applied on the scheduler thread between
+  // steps, so no forward sees half of it.
+  PolicyResult expert_policy(const model::ExpertPolicyChange& change);
+
  private:
   struct Probe {
     std::promise<std::string> result;
+  };
+  struct PolicyTask {
+    model::ExpertPolicyChange change;
+    std::promise<PolicyResult> result;
   };
   // A slot action's part on the scheduler thread.
   struct SlotTask {
@@ -141,6 +163,7 @@ class Engine {
   void scheduler_loop();
   void run_probes();
   void run_slot_tasks();
+  void run_policy_tasks();
   // Gives queued jobs to free slots (a job that cannot start ends at once).
   void admit();
   // One forward over every busy slot's next tokens, then each slot samples from its row.
@@ -162,6 +185,7 @@ class Engine {
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::shared_ptr<Probe>> probes_;
   std::vector<std::shared_ptr<SlotTask>> slot_tasks_;
+  std::vector<std::shared_ptr<PolicyTask>> policy_tasks_;
   bool stop_ = false;
   bool draining_ = false;
   unsigned busy_ = 0;  // busy slots

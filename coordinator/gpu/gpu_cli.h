@@ -2,27 +2,18 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <exception>
+#include <optional>
 #include <string>
 
 #include "coordinator/gpu/gpu_options.h"
+#include "coordinator/residency/expert_policy.h"
 
 namespace moe::gpu {
 
 // A share in [0, 1], or "auto" as -1.
 inline double share_or_auto(const std::string& flag, const std::string& v) {
-  if (v == "auto") return -1;
-  size_t used = 0;
-  double f = -1;
-  try {
-    f = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || !(f >= 0 && f <= 1)) {
-    throw CLI::ValidationError(flag, "'" + v + "' is neither auto nor a number in [0, 1]");
-  }
-  return f;
+  if (const std::optional<double> s = model::parse_share(v)) return *s;
+  throw CLI::ValidationError(flag, "'" + v + "' is neither auto nor a number in [0, 1]");
 }
 
 // `mmap_flag`: also --mmap (moe-bench has its own, llama-bench's --mmap 0|1).

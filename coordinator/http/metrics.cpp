@@ -100,7 +100,18 @@ Metrics::Metrics()
       layer_misses_(prometheus::BuildCounter()
                         .Name("moe_layer_gpu_misses_total")
                         .Help("Items computed on the CPU; hit rate = hits / (hits + misses)")
-                        .Register(*registry_)) {}
+                        .Register(*registry_)),
+      expert_policy_(prometheus::BuildGauge()
+                         .Name("moe_expert_policy")
+                         .Help("The routed experts' live policy by setting (GPU forwards): "
+                               "pool_bytes, pool_slots, pool_filled; shares 0..1 or -1 for "
+                               "auto; profiler_new and grouping 0 or 1")
+                         .Register(*registry_)),
+      policy_changes_(prometheus::BuildCounter()
+                          .Name("moe_expert_policy_changes_total")
+                          .Help("Changes of the experts' live policy applied (SetExpertPolicy, "
+                                "Recalibrate)")
+                          .Register(*registry_)) {}
 
 void Metrics::first_token(double seconds) { ttft_.Observe(seconds); }
 
@@ -129,6 +140,22 @@ std::string Metrics::scrape(const server::ServingState& state,
     queue_depth_.Set(static_cast<double>(s.queue_depth));
     queue_capacity_.Set(static_cast<double>(s.queue_capacity));
     running_.Set(s.running);
+    if (s.policy) {
+      const model::ExpertPolicy& p = *s.policy;
+      const auto set = [&](const char* setting, double v) {
+        expert_policy_.Add({{"setting", setting}}).Set(v);
+      };
+      set("pool_bytes", static_cast<double>(p.pool_bytes));
+      set("pool_slots", static_cast<double>(p.pool_slots));
+      set("pool_filled", static_cast<double>(p.pool_filled));
+      set("stream_share", p.stream_share);
+      set("direct_share", p.direct_share);
+      set("direct_share_now", p.direct_share_now);
+      set("prefill_cpu_share", p.prefill_cpu_share);
+      set("profiler_new", p.profiler_new ? 1 : 0);
+      set("grouping", p.grouping ? 1 : 0);
+      advance_to(policy_changes_.Add({}), static_cast<double>(p.changes));
+    }
   }
   if (state.layers != nullptr && state.engine.load() != nullptr) {
     const std::vector<engine::LayerCounters> layers = state.layers->snapshot();

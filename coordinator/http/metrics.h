@@ -1,9 +1,10 @@
 // The coordinator's Prometheus metrics (GET /metrics): requests per endpoint and status,
-// tokens, time to first token and per-token latency histograms, queue depth, and the CPU workers'
-// state and busy time. Counters and histograms are fed as things happen (the engine through
-// MetricsSink, the HTTP server per response); gauges are read from the engine and the worker
-// registry when scraped, and so are the counters whose totals are kept there (per-layer work,
-// worker busy time and restarts), which then advance by what those totals grew.
+// tokens, time to first token and per-token latency histograms, queue depth, the CPU workers'
+// state and busy time, and the routed experts' live policy (GPU forwards). Counters and histograms
+// are fed as things happen (the engine through MetricsSink, the HTTP server per response); gauges
+// are read from the engine and the worker registry when scraped, and so are the counters whose
+// totals are kept there (per-layer work, worker busy time and restarts), which then advance by what
+// those totals grew.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -56,6 +57,8 @@ class Metrics final : public engine::MetricsSink {
   prometheus::Family<prometheus::Counter>& layer_seconds_;
   prometheus::Family<prometheus::Counter>& layer_hits_;
   prometheus::Family<prometheus::Counter>& layer_misses_;
+  prometheus::Family<prometheus::Gauge>& expert_policy_;
+  prometheus::Family<prometheus::Counter>& policy_changes_;
   std::mutex scrape_mu_;
 };
 

@@ -24,6 +24,10 @@ void ModelArch::shift_context(KvCache& cache, int64_t n_keep, int64_t n_discard)
   shift_kv(cache, config(), n_keep, n_discard);
 }
 
+PolicyOutcome ModelArch::set_expert_policy(const ExpertPolicyChange& /*change*/) {
+  return {PolicyOutcome::Unsupported, kNoExpertPolicy};
+}
+
 KvCache ModelArch::make_mtp_cache(int64_t /*n_ctx*/) const {
   throw Error(std::string(name()) + " has no multi-token-prediction block");
 }

@@ -13,6 +13,7 @@
 #include "common/gguf.h"
 #include "coordinator/model/kv_cache.h"
 #include "coordinator/model/sequence_image.h"
+#include "coordinator/residency/expert_policy.h"
 #include "coordinator/residency/expert_runtime_stats.h"
 #include "experts/expert_executor.h"
 #include "experts/model_config.h"
@@ -123,6 +124,16 @@ class ModelArch {
   virtual std::string runtime_stats() const { return {}; }
   // The same as numbers (GetStats); nullopt for forwards without a GPU.
   virtual std::optional<ExpertRuntimeStats> expert_runtime() const { return std::nullopt; }
+  // The live policy of the routed experts (expert_policy.h): nullopt where there is none (the
+  // CPU-only forward).
+  virtual std::optional<ExpertPolicy> expert_policy() const { return std::nullopt; }
+  // Applies a change that validate() accepted, between forwards. The default refuses
+  // (Unsupported): every routed expert runs on the CPU.
+  virtual PolicyOutcome set_expert_policy(const ExpertPolicyChange& change);
+  // Where each MoE layer's routed experts are now; the default: all on the CPU.
+  virtual std::vector<LayerSplit> layer_split() const {
+    return all_on_cpu(config().n_layer, config().n_expert);
+  }
   // CPU forwards time their ops into `profile` while it is active (null: none); false where the
   // forward has no per-op profile (the GPU forwards).
   virtual bool set_op_profile(OpProfile* /*profile*/) { return false; }

@@ -31,6 +31,40 @@ engine::Clock::time_point drain_deadline(const grpc::ServerContext* ctx) {
   return engine::Clock::now() + left * 9 / 10;  // leave the answer time to arrive
 }
 
+void to_proto(const model::ExpertPolicy& p, v1::ExpertPolicy& o) {
+  o.set_pool_bytes(p.pool_bytes);
+  o.set_pool_max_bytes(p.pool_max_bytes);
+  o.set_slot_bytes(p.slot_bytes);
+  o.set_pool_slots(p.pool_slots);
+  o.set_pool_filled(p.pool_filled);
+  o.set_stream_share(p.stream_share);
+  o.set_direct_share(p.direct_share);
+  o.set_prefill_cpu_share(p.prefill_cpu_share);
+  o.set_direct_share_now(p.direct_share_now);
+  o.set_profiler_new(p.profiler_new);
+  o.set_grouping(p.grouping);
+  o.set_changes(p.changes);
+  o.set_recalibrated_ms(p.recalibrated_ms);
+}
+
+grpc::StatusCode code_of(engine::PolicyResult::Status s) {
+  switch (s) {
+    case engine::PolicyResult::Ok:
+      return grpc::StatusCode::OK;
+    case engine::PolicyResult::Invalid:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case engine::PolicyResult::Unsupported:
+      return grpc::StatusCode::FAILED_PRECONDITION;
+    case engine::PolicyResult::NoRoom:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case engine::PolicyResult::Unavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case engine::PolicyResult::Failed:
+      return grpc::StatusCode::INTERNAL;
+  }
+  return grpc::StatusCode::INTERNAL;
+}
+
 }  // namespace
 
 ControlService::ControlService(ServingState& state, engine::WorkerRegistry& registry,
@@ -150,6 +184,18 @@ grpc::Status ControlService::GetPlacement(grpc::ServerContext* ctx, const v1::Ge
   resp->set_coordinator_threads(placement_.coordinator_threads);
   resp->set_source(placement_.source);
   resp->set_text(placement_.describe());
+  if (engine::Engine* eng = state_.engine.load()) {
+    const engine::PolicyResult r = eng->expert_policy({});
+    if (r.status != engine::PolicyResult::Ok) return {code_of(r.status), r.message};
+    for (const model::LayerSplit& l : r.layers) {
+      v1::LayerPlacement& o = *resp->add_layers();
+      o.set_layer(static_cast<int32_t>(l.layer));
+      o.set_gpu_home(l.gpu_home);
+      o.set_vram(static_cast<int32_t>(l.vram));
+      o.set_direct(static_cast<int32_t>(l.direct));
+      o.set_cpu(static_cast<int32_t>(l.cpu));
+    }
+  }
   const std::vector<engine::WorkerRecord> live = registry_.snapshot();
   for (const placement::CpuWorkerSpec& spec : placement_.cpu_workers) {
     v1::WorkerPlacement& o = *resp->add_workers();
@@ -166,6 +212,54 @@ grpc::Status ControlService::GetPlacement(grpc::ServerContext* ctx, const v1::Ge
     }
   }
   return grpc::Status::OK;
+}
+
+grpc::Status ControlService::policy(const model::ExpertPolicyChange& change,
+                                    v1::ExpertPolicyResponse* resp) {
+  engine::Engine* eng = state_.engine.load();
+  if (eng == nullptr) return {grpc::StatusCode::UNAVAILABLE, "the coordinator is not serving"};
+  const engine::PolicyResult r = eng->expert_policy(change);
+  if (r.status != engine::PolicyResult::Ok) return {code_of(r.status), r.message};
+  if (!r.policy) {
+    return {grpc::StatusCode::FAILED_PRECONDITION, model::kNoExpertPolicy};
+  }
+  to_proto(*r.policy, *resp->mutable_policy());
+  resp->set_apply_ms(r.ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::GetExpertPolicy(grpc::ServerContext* ctx,
+                                             const v1::GetExpertPolicyRequest*,
+                                             v1::ExpertPolicyResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
+  return policy({}, resp);
+}
+
+grpc::Status ControlService::SetExpertPolicy(grpc::ServerContext* ctx,
+                                             const v1::SetExpertPolicyRequest* req,
+                                             v1::ExpertPolicyResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
+  model::ExpertPolicyChange c;
+  if (req->has_pool_mib()) c.pool_mib = req->pool_mib();
+  if (req->has_stream_share()) c.stream_share = req->stream_share();
+  if (req->has_direct_share()) c.direct_share = req->direct_share();
+  if (req->has_prefill_cpu_share()) c.prefill_cpu_share = req->prefill_cpu_share();
+  if (req->has_profiler_new()) c.profiler_new = req->profiler_new();
+  if (req->has_grouping()) c.grouping = req->grouping();
+  if (c.empty()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "nothing to change: set at least one of pool_mib, stream_share, direct_share, "
+            "prefill_cpu_share, profiler_new, grouping"};
+  }
+  return policy(c, resp);
+}
+
+grpc::Status ControlService::Recalibrate(grpc::ServerContext* ctx, const v1::RecalibrateRequest*,
+                                         v1::ExpertPolicyResponse* resp) {
+  if (grpc::Status st = auth_.client(*ctx); !st.ok()) return st;
+  model::ExpertPolicyChange c;
+  c.recalibrate = true;
+  return policy(c, resp);
 }
 
 grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,

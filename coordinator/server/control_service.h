@@ -1,5 +1,6 @@
 // moe.v1.Control: worker registration and heartbeats (into the WorkerRegistry), statistics, the
-// effective placement, draining and shutdown (which it asks the coordinator's main loop to do).
+// effective placement, the routed experts' live policy (through the engine, between steps),
+// draining and shutdown (which it asks the coordinator's main loop to do).
 #pragma once
 
 #include <functional>
@@ -28,6 +29,12 @@ class ControlService final : public v1::Control::Service {
                         v1::GetStatsResponse* resp) override;
   grpc::Status GetPlacement(grpc::ServerContext* ctx, const v1::GetPlacementRequest* req,
                             v1::GetPlacementResponse* resp) override;
+  grpc::Status GetExpertPolicy(grpc::ServerContext* ctx, const v1::GetExpertPolicyRequest* req,
+                               v1::ExpertPolicyResponse* resp) override;
+  grpc::Status SetExpertPolicy(grpc::ServerContext* ctx, const v1::SetExpertPolicyRequest* req,
+                               v1::ExpertPolicyResponse* resp) override;
+  grpc::Status Recalibrate(grpc::ServerContext* ctx, const v1::RecalibrateRequest* req,
+                           v1::ExpertPolicyResponse* resp) override;
   grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req,
                      v1::DrainResponse* resp) override;
   grpc::Status Shutdown(grpc::ServerContext* ctx, const v1::ShutdownRequest* req,
@@ -36,6 +43,9 @@ class ControlService final : public v1::Control::Service {
   static constexpr uint32_t kHeartbeatIntervalMs = 500;
 
  private:
+  // The policy change (or read, when empty) through the engine, answered into resp.
+  grpc::Status policy(const model::ExpertPolicyChange& change, v1::ExpertPolicyResponse* resp);
+
   ServingState& state_;
   engine::WorkerRegistry& registry_;
   const placement::Placement& placement_;

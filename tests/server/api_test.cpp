@@ -478,6 +478,40 @@ TEST_F(Api, MoeCliGeneratesTokenizesAndReportsStats) {
   // A dead address is a clear error, not a hang.
   run(kBinDir + "/moe-cli --addr 127.0.0.1:1 --timeout 2 tokenize hi 2>/dev/null", &rc);
   EXPECT_EQ(rc, 1);
+
+  // The experts' live policy: a CPU-only server has none and says why (exit 1); a bad value is
+  // a usage error naming the option (exit 2) before anything is sent.
+  const std::string refused = run(cli + "policy 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(refused.find("FAILED_PRECONDITION"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("-cmoe"), std::string::npos) << refused;
+  const std::string bad = run(cli + "policy --stream-share 1.5 2>&1", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(bad.find("--stream-share"), std::string::npos) << bad;
+  run(cli + "policy --profiler fast 2>/dev/null", &rc);
+  EXPECT_EQ(rc, 2);
+}
+
+TEST_F(Api, PlacementListsEveryLayersExpertsOnTheCpu) {
+  grpc::ClientContext ctx;
+  v1::GetPlacementResponse p;
+  const grpc::Status st = coord_->control->GetPlacement(&ctx, v1::GetPlacementRequest(), &p);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_GT(p.layers_size(), 0);
+  for (int i = 0; i < p.layers_size(); ++i) {
+    const v1::LayerPlacement& l = p.layers(i);
+    EXPECT_EQ(l.layer(), i);
+    EXPECT_FALSE(l.gpu_home());
+    EXPECT_EQ(l.vram() + l.direct(), 0);
+    EXPECT_GT(l.cpu(), 0);
+  }
+  // SetExpertPolicy checks its values before it looks for a GPU forward.
+  grpc::ClientContext ctx2;
+  v1::SetExpertPolicyRequest req;
+  req.set_stream_share(7);
+  v1::ExpertPolicyResponse resp;
+  EXPECT_EQ(coord_->control->SetExpertPolicy(&ctx2, req, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace
