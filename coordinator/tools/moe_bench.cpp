@@ -61,6 +61,7 @@ struct Args {
   bool op_profile = false;         // --op-profile: per-op times of the CPU forward
   moe::tools::SpecArgs spec;       // --spec-type: greedy decode with and without drafts
   bool spec_drafts_fail = false;   // --spec-drafts-fail: random drafts of --draft-max ids
+  double spec_drafts_accept = -1;  // --spec-drafts-accept P: the greedy run's tokens, kept w.p. P
   bool expert_prediction = false;  // --expert-prediction: the table instead of timings
   moe::gpu::GpuOptions gpu;
 };
@@ -224,7 +225,9 @@ std::vector<Result> measure(ModelArch& model, KvCache& cache, const Args& a, OpP
 // chosen token on. A greedy chain over random weights tends to settle into a loop, which the
 // n-gram lookup then drafts well: the rows show the mechanism's speed at the acceptance printed.
 // --spec-drafts-fail drafts --draft-max random ids at every step instead: drafts that fail, whose
-// verification the cost model must stop paying for.
+// verification the cost model must stop paying for. --spec-drafts-accept P drafts what the greedy
+// run chose next, each token kept with probability P (else a wrong id): drafts accepted at a
+// chosen rate, for the mechanism's gain at that rate (random weights draft nothing real).
 std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const Args& a) {
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(model.config().n_vocab) - 1);
@@ -240,7 +243,24 @@ std::vector<Result> measure_speculative(ModelArch& model, KvCache& cache, const 
   }
   enum class Mode { Plain, Whole, Priced };
   std::vector<Result> results;
-  std::vector<int32_t> plain_tokens;
+  std::vector<int32_t> plain_tokens;  // the greedy run's, drafted from by --spec-drafts-accept
+  if (a.spec_drafts_accept >= 0) {
+    drafter = [&rng, dist, &plain_tokens, n_prompt = prompt.size(), n = a.spec.ngram.draft_max,
+               keep = std::bernoulli_distribution(a.spec_drafts_accept)](
+                  std::span<const int32_t> history) mutable {
+      std::vector<int32_t> draft;
+      for (size_t at = history.size() - n_prompt;
+           at < plain_tokens.size() && draft.size() < static_cast<size_t>(n); ++at) {
+        int32_t t = plain_tokens[at];
+        if (!keep(rng)) {
+          const int32_t right = t;
+          while (t == right) t = dist(rng);
+        }
+        draft.push_back(t);
+      }
+      return draft;
+    };
+  }
   for (const Mode mode : {Mode::Plain, Mode::Whole, Mode::Priced}) {
     const std::string name = "tg" + std::to_string(a.n_gen) +
                              (mode == Mode::Plain   ? " greedy"
@@ -563,6 +583,10 @@ int main(int argc, char** argv) {
   app.add_flag("--spec-drafts-fail", a.spec_drafts_fail,
                "--spec-type: draft --draft-max random ids at every step instead of looking up "
                "(drafts that fail: the cost model's worst case)");
+  app.add_option("--spec-drafts-accept", a.spec_drafts_accept,
+                 "--spec-type: draft the greedy run's next --draft-max tokens, each kept with "
+                 "this probability (else a wrong id): the gain at a chosen acceptance")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--expert-prediction", a.expert_prediction,
                "instead of timing: how often layer l+1's router applied to layer l's hidden state "
                "names the experts layer l+1 picks, per layer, over -p random ids (issue 29)");
@@ -576,6 +600,10 @@ int main(int argc, char** argv) {
     moe::tools::check_spec_args(a.spec);
     if (a.spec_drafts_fail && a.spec.type == "none") {
       throw CLI::ValidationError("--spec-drafts-fail needs --spec-type");
+    }
+    if (a.spec_drafts_accept >= 0 && (a.spec.type == "none" || a.spec_drafts_fail)) {
+      throw CLI::ValidationError(
+          "--spec-drafts-accept needs --spec-type and does not combine with --spec-drafts-fail");
     }
     if (a.spec.type != "none") {
       if (a.n_gen < 2) throw CLI::ValidationError("--spec-type needs -n 2 or more");

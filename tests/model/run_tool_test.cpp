@@ -336,6 +336,25 @@ TEST(RunTool, BenchPrintsTableAndJson) {
                 true)
                 .rc,
             2);
+  // --spec-drafts-accept P: the greedy run's own tokens as drafts, each kept with probability
+  // P: all accepted at 1, none at 0, in between about P of the first token of each draft; the
+  // tokens are always the plain greedy ones.
+  const auto accepted_share = [&](const char* p) {
+    const Proc r = run(spec_bench + " -n 40 --draft-max 4 --spec-drafts-accept " + p, true);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    const size_t at = r.out.find("moe-bench: tg40 spec ngram: ");
+    EXPECT_NE(at, std::string::npos) << r.out;
+    const std::string l = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_NE(l.find("the same tokens as without drafts: yes"), std::string::npos) << l;
+    const size_t pct = l.find("%)");
+    const size_t open = pct == std::string::npos ? pct : l.rfind('(', pct);
+    EXPECT_NE(open, std::string::npos) << l;
+    return open == std::string::npos ? -1.0 : std::stod(l.substr(open + 1, pct - open - 1));
+  };
+  EXPECT_EQ(accepted_share("1"), 100.0);
+  EXPECT_EQ(accepted_share("0"), 0.0);
+  EXPECT_EQ(run(spec_bench + " -n 8 --spec-drafts-accept 1.5", true).rc, 2);
+  EXPECT_EQ(run(spec_bench + " -n 8 --spec-drafts-accept 0.5 --spec-drafts-fail", true).rc, 2);
   // --op-profile: a table of the CPU forward's ops per test, after the results.
   const Proc ops = run(bench + " --op-profile");
   ASSERT_EQ(ops.rc, 0) << ops.out;
