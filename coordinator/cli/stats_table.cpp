@@ -170,7 +170,7 @@ std::string format_stats_table(const moe::v1::GetStatsResponse& s,
   }
   out += '\n';
   out += t.render();
-  return out + format_expert_runtime(s) + format_layer_table(s);
+  return out + format_expert_runtime(s) + format_layer_table(s, p);
 }
 
 std::string format_expert_runtime(const moe::v1::GetStatsResponse& s) {
@@ -201,20 +201,28 @@ std::string format_expert_runtime(const moe::v1::GetStatsResponse& s) {
   return out;
 }
 
-std::string format_layer_table(const moe::v1::GetStatsResponse& s) {
+std::string format_layer_table(const moe::v1::GetStatsResponse& s,
+                               const moe::v1::GetPlacementResponse& p) {
   if (s.layers_size() == 0) return "";
+  std::map<int32_t, const moe::v1::LayerPlacement*> where;
+  for (const auto& l : p.layers()) where[l.layer()] = &l;
   Table t;
-  t.header = {"LAYER",    "CALLS",        "TOKENS", "ROUTED",
-              "GPU HITS", "CPU (MISSES)", "HIT %",  "EXPERT TIME"};
-  t.right = {true, true, true, true, true, true, true, true};
+  t.header = {"LAYER",  "CALLS",       "TOKENS",
+              "ROUTED", "GPU HITS",    "CPU (MISSES)",
+              "HIT %",  "EXPERT TIME", "EXPERTS VRAM/DIRECT/CPU"};
+  t.right = {true, true, true, true, true, true, true, true, true};
   for (const auto& l : s.layers()) {
     const uint64_t seen = l.gpu_hits() + l.gpu_misses();
+    const auto it = where.find(l.layer());
     t.rows.push_back({std::to_string(l.layer()), u64(l.calls()), u64(l.tokens()), u64(l.routed()),
                       u64(l.gpu_hits()), u64(l.gpu_misses()),
                       seen == 0 ? "-"
                                 : format("%.1f", 100.0 * static_cast<double>(l.gpu_hits()) /
                                                      static_cast<double>(seen)),
-                      format("%.2f s", l.expert_ms() / 1e3)});
+                      format("%.2f s", l.expert_ms() / 1e3),
+                      it == where.end() ? "-"
+                                        : format("%d/%d/%d", it->second->vram(),
+                                                 it->second->direct(), it->second->cpu())});
   }
   return cat('\n', t.render());
 }

@@ -14,8 +14,10 @@ std::string format_stats_table(const moe::v1::GetStatsResponse& stats,
                                const moe::v1::GetPlacementResponse& placement);
 
 // One row per MoE layer: expert batches, tokens, routed items, GPU hits and CPU-computed misses,
-// hit rate and expert time ("" when the server reports no layers).
-std::string format_layer_table(const moe::v1::GetStatsResponse& stats);
+// hit rate and expert time, and from the placement where the layer's experts are now (in VRAM /
+// read in place over PCIe / on the CPU; "" when the server reports no layers).
+std::string format_layer_table(const moe::v1::GetStatsResponse& stats,
+                               const moe::v1::GetPlacementResponse& placement);
 // The routed experts' runtime figures (GPU forwards): item split, PCIe, busy time, rates, VRAM.
 std::string format_expert_runtime(const moe::v1::GetStatsResponse& stats);
 

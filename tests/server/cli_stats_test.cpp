@@ -46,4 +46,39 @@ TEST(CliStats, ExpertRuntimeBlockShowsSharesRatesAndVram) {
   EXPECT_NE(t.find("VRAM: 5617 of 6144 MiB"), std::string::npos) << t;
 }
 
+// The per-layer table joins each layer's counters with where its experts are now (GetPlacement):
+// in VRAM / read in place / on the CPU; a layer the placement does not list shows "-".
+TEST(CliStats, LayerTableShowsEachLayersExpertSplit) {
+  moe::v1::GetStatsResponse s;
+  moe::v1::GetPlacementResponse p;
+  EXPECT_EQ(moe::cli::format_layer_table(s, p), "");
+  for (int32_t l = 0; l < 2; ++l) {
+    moe::v1::LayerStats& o = *s.add_layers();
+    o.set_layer(l);
+    o.set_calls(10);
+    o.set_tokens(12);
+    o.set_routed(96);
+    o.set_gpu_hits(l == 0 ? 72 : 0);
+    o.set_gpu_misses(l == 0 ? 24 : 96);
+    o.set_expert_ms(1500);
+  }
+  moe::v1::LayerPlacement& l0 = *p.add_layers();
+  l0.set_layer(0);
+  l0.set_vram(40);
+  l0.set_direct(30);
+  l0.set_cpu(58);
+  const std::string t = moe::cli::format_layer_table(s, p);
+  EXPECT_NE(t.find("EXPERTS VRAM/DIRECT/CPU"), std::string::npos) << t;
+  const size_t row0 = t.find("\n    0 ");
+  ASSERT_NE(row0, std::string::npos) << t;
+  const std::string line0 = t.substr(row0 + 1, t.find('\n', row0 + 1) - row0 - 1);
+  EXPECT_NE(line0.find("75.0"), std::string::npos) << line0;
+  EXPECT_NE(line0.find("1.50 s"), std::string::npos) << line0;
+  EXPECT_EQ(line0.substr(line0.size() - 8), "40/30/58") << line0;
+  const size_t row1 = t.find("\n    1 ");
+  ASSERT_NE(row1, std::string::npos) << t;
+  const std::string line1 = t.substr(row1 + 1, t.find('\n', row1 + 1) - row1 - 1);
+  EXPECT_EQ(line1.back(), '-') << line1;
+}
+
 }  // namespace
