@@ -23,6 +23,17 @@ using HealthStatus = grpc::health::v1::HealthCheckResponse;
 
 constexpr auto kHealthRetry = std::chrono::milliseconds(200);
 
+// One unary Control call with the --timeout deadline; a non-OK status throws RpcError.
+template <typename Method, typename Request, typename Response>
+void call(const Connection& conn, moe::v1::Control::Stub& stub, Method method, const Request& req,
+          Response* resp) {
+  grpc::ClientContext ctx;
+  conn.prepare(ctx);
+  check((stub.*method)(&ctx, req, resp));
+}
+
+using Stub = moe::v1::Control::Stub;
+
 }  // namespace
 
 int run_stats(const ConnectionOptions& options, const StatsArgs& args) {
@@ -32,17 +43,9 @@ int run_stats(const ConnectionOptions& options, const StatsArgs& args) {
   const bool redraw = args.watch && !args.json && ::isatty(STDOUT_FILENO) != 0;
   for (;;) {
     moe::v1::GetStatsResponse stats;
-    {
-      grpc::ClientContext ctx;
-      conn.prepare(ctx);
-      check(stub->GetStats(&ctx, moe::v1::GetStatsRequest(), &stats));
-    }
+    call(conn, *stub, &Stub::GetStats, moe::v1::GetStatsRequest(), &stats);
     moe::v1::GetPlacementResponse placement;
-    {
-      grpc::ClientContext ctx;
-      conn.prepare(ctx);
-      check(stub->GetPlacement(&ctx, moe::v1::GetPlacementRequest(), &placement));
-    }
+    call(conn, *stub, &Stub::GetPlacement, moe::v1::GetPlacementRequest(), &placement);
     std::string text =
         args.json ? format_stats_json(stats, placement) : format_stats_table(stats, placement);
     if (redraw) text = cat("\x1b[H\x1b[2J", text);  // home, clear screen
@@ -107,26 +110,15 @@ int run_policy(const ConnectionOptions& options, const PolicyArgs& args) {
   const Connection conn(options);
   const auto stub = moe::v1::Control::NewStub(conn.channel());
   moe::v1::ExpertPolicyResponse policy;
-  if (args.recalibrate) {
-    grpc::ClientContext ctx;
-    conn.prepare(ctx);
-    check(stub->Recalibrate(&ctx, moe::v1::RecalibrateRequest(), &policy));
-  }
+  if (args.recalibrate)
+    call(conn, *stub, &Stub::Recalibrate, moe::v1::RecalibrateRequest(), &policy);
   if (change) {
-    grpc::ClientContext ctx;
-    conn.prepare(ctx);
-    check(stub->SetExpertPolicy(&ctx, set, &policy));
+    call(conn, *stub, &Stub::SetExpertPolicy, set, &policy);
   } else if (!args.recalibrate) {
-    grpc::ClientContext ctx;
-    conn.prepare(ctx);
-    check(stub->GetExpertPolicy(&ctx, moe::v1::GetExpertPolicyRequest(), &policy));
+    call(conn, *stub, &Stub::GetExpertPolicy, moe::v1::GetExpertPolicyRequest(), &policy);
   }
   moe::v1::GetPlacementResponse placement;
-  {
-    grpc::ClientContext ctx;
-    conn.prepare(ctx);
-    check(stub->GetPlacement(&ctx, moe::v1::GetPlacementRequest(), &placement));
-  }
+  call(conn, *stub, &Stub::GetPlacement, moe::v1::GetPlacementRequest(), &placement);
   TextOut().write(args.json ? format_policy_json(policy, placement)
                             : format_policy(policy, placement));
   return 0;
@@ -135,10 +127,8 @@ int run_policy(const ConnectionOptions& options, const PolicyArgs& args) {
 int run_shutdown(const ConnectionOptions& options) {
   const Connection conn(options);
   const auto stub = moe::v1::Control::NewStub(conn.channel());
-  grpc::ClientContext ctx;
-  conn.prepare(ctx);
   moe::v1::ShutdownResponse resp;
-  check(stub->Shutdown(&ctx, moe::v1::ShutdownRequest(), &resp));
+  call(conn, *stub, &Stub::Shutdown, moe::v1::ShutdownRequest(), &resp);
   return 0;
 }
 

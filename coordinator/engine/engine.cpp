@@ -146,10 +146,7 @@ void Engine::scheduler_loop() {
     t->result.set_value({SlotActionResult::Unavailable, "the server is stopping"});
   }
   for (auto& t : policy_tasks) {
-    PolicyResult r;
-    r.status = PolicyResult::Unavailable;
-    r.message = "the server is stopping";
-    t->result.set_value(std::move(r));
+    t->result.set_value({PolicyResult::Unavailable, "the server is stopping"});
   }
   update_slot_stats();
   idle_cv_.notify_all();

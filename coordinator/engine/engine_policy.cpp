@@ -27,10 +27,7 @@ PolicyResult::Status status_of(model::PolicyOutcome::Kind k) {
 PolicyResult Engine::expert_policy(const model::ExpertPolicyChange& change) {
   const Clock::time_point t0 = Clock::now();
   if (std::string why = model::validate(change); !why.empty()) {
-    PolicyResult r;
-    r.status = PolicyResult::Invalid;
-    r.message = std::move(why);
-    return r;
+    return {PolicyResult::Invalid, std::move(why)};
   }
   auto task = std::make_shared<PolicyTask>();
   task->change = change;
@@ -38,10 +35,7 @@ PolicyResult Engine::expert_policy(const model::ExpertPolicyChange& change) {
   {
     std::lock_guard lock(mu_);
     if (stop_) {
-      PolicyResult r;
-      r.status = PolicyResult::Unavailable;
-      r.message = "the server is stopping";
-      return r;
+      return {PolicyResult::Unavailable, "the server is stopping"};
     }
     policy_tasks_.push_back(task);
   }
