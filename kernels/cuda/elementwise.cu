@@ -1,5 +1,5 @@
-// Element-wise kernels (SwiGLU, residual add), the deterministic MoE combine and the embedding
-// row gather.
+// Element-wise kernels (SwiGLU and gpt-oss's SwiGLU-OAI, biases, residual add), the deterministic
+// MoE combine and the embedding row gather.
 #include <string>
 
 #include "common/error.h"
@@ -16,6 +16,58 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
   for (int64_t i = grid_index(); i < n; i += grid_stride()) {
     const float gv = g[i];
     h[i] = gv / (1.0f + expf(-gv)) * u[i];
+  }
+}
+
+__device__ __forceinline__ float nan_value() { return __int_as_float(0x7FC00000); }
+
+// Bias of row r's expert, or null with *bad set when the id is out of range.
+__device__ __forceinline__ const float* expert_row(const float* bias, const int32_t* row_expert,
+                                                   int64_t r, int64_t width, int64_t n_expert,
+                                                   bool* bad) {
+  if (!bias) return nullptr;
+  const int64_t e = row_expert[r];
+  if (e < 0 || e >= n_expert) {
+    *bad = true;
+    return nullptr;
+  }
+  return bias + e * width;
+}
+
+__global__ void swiglu_oai_kernel(const float* g, const float* u, float* h, int64_t n_rows,
+                                  int64_t n_ff, const int32_t* __restrict__ row_expert,
+                                  const float* __restrict__ gate_bias,
+                                  const float* __restrict__ up_bias, int64_t n_expert, float alpha,
+                                  float limit) {
+  for (int64_t i = grid_index(); i < n_rows * n_ff; i += grid_stride()) {
+    const int64_t r = i / n_ff, c = i % n_ff;
+    bool bad = false;
+    const float* gb = expert_row(gate_bias, row_expert, r, n_ff, n_expert, &bad);
+    const float* ub = expert_row(up_bias, row_expert, r, n_ff, n_expert, &bad);
+    const float gv = gb ? g[i] + gb[c] : g[i];
+    const float uv = ub ? u[i] + ub[c] : u[i];
+    const float x = fminf(gv, limit);
+    const float y = fminf(fmaxf(uv, -limit), limit);
+    h[i] = bad ? nan_value() : x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+  }
+}
+
+__global__ void add_bias_kernel(float* y, int64_t n_rows, int64_t width, int64_t row_stride,
+                                const float* __restrict__ bias) {
+  for (int64_t i = grid_index(); i < n_rows * width; i += grid_stride()) {
+    const int64_t r = i / width, c = i % width;
+    y[r * row_stride + c] += bias[c];
+  }
+}
+
+__global__ void add_expert_bias_kernel(float* y, int64_t n_rows, int64_t width,
+                                       const int32_t* __restrict__ row_expert,
+                                       const float* __restrict__ bias, int64_t n_expert) {
+  for (int64_t i = grid_index(); i < n_rows * width; i += grid_stride()) {
+    const int64_t r = i / width, c = i % width;
+    bool bad = false;
+    const float* b = expert_row(bias, row_expert, r, width, n_expert, &bad);
+    y[i] = bad ? nan_value() : y[i] + b[c];
   }
 }
 
@@ -71,6 +123,44 @@ void swiglu(const float* g, const float* u, float* h, int64_t n, cudaStream_t st
   if (n == 0) return;
   if (!g || !u || !h) throw Error("swiglu: null device pointer");
   swiglu_kernel<<<elem_blocks(n), kElemThreads, 0, stream>>>(g, u, h, n);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_oai(const float* g, const float* u, float* h, int64_t n_rows, int64_t n_ff,
+                const int32_t* row_expert, const float* gate_bias, const float* up_bias,
+                int64_t n_expert, float alpha, float limit, cudaStream_t stream) {
+  if (n_rows < 0 || n_ff < 0) throw Error("swiglu_oai: negative size");
+  if (n_rows == 0 || n_ff == 0) return;
+  if (!g || !u || !h) throw Error("swiglu_oai: null device pointer");
+  if ((gate_bias || up_bias) && (!row_expert || n_expert < 1)) {
+    throw Error("swiglu_oai: expert biases need the rows' experts");
+  }
+  swiglu_oai_kernel<<<elem_blocks(n_rows * n_ff), kElemThreads, 0, stream>>>(
+      g, u, h, n_rows, n_ff, row_expert, gate_bias, up_bias, n_expert, alpha, limit);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_bias(float* y, int64_t n_rows, int64_t width, int64_t row_stride, const float* bias,
+              cudaStream_t stream) {
+  if (n_rows < 0 || width < 0 || row_stride < width) {
+    throw Error("add_bias: bad shape (rows " + std::to_string(n_rows) + ", width " +
+                std::to_string(width) + ", stride " + std::to_string(row_stride) + ")");
+  }
+  if (n_rows == 0 || width == 0) return;
+  if (!y || !bias) throw Error("add_bias: null device pointer");
+  add_bias_kernel<<<elem_blocks(n_rows * width), kElemThreads, 0, stream>>>(y, n_rows, width,
+                                                                            row_stride, bias);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_expert_bias(float* y, int64_t n_rows, int64_t width, const int32_t* row_expert,
+                     const float* bias, int64_t n_expert, cudaStream_t stream) {
+  if (n_rows < 0 || width < 0) throw Error("add_expert_bias: negative size");
+  if (n_rows == 0 || width == 0) return;
+  if (!y || !row_expert || !bias) throw Error("add_expert_bias: null device pointer");
+  if (n_expert < 1) throw Error("add_expert_bias: no experts");
+  add_expert_bias_kernel<<<elem_blocks(n_rows * width), kElemThreads, 0, stream>>>(
+      y, n_rows, width, row_expert, bias, n_expert);
   MOE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -38,10 +38,28 @@ __device__ __forceinline__ int warp_min(int v) {
 #endif
 }
 
+// The order key of a selection candidate: larger key, better candidate; 0 never chosen (NaN, or
+// marked chosen). By probability (non-negative): its bits + 1. By logit (softmax_weight, any
+// sign): the bits mapped to an unsigned order (negative values flipped), + 1.
+__device__ __forceinline__ unsigned order_key(float v, bool by_logit) {
+  if (v != v) return 0u;
+  if (!by_logit) return v >= 0.0f ? __float_as_uint(fabsf(v)) + 1u : 0u;
+  const unsigned u = __float_as_uint(v);
+  return ((u & 0x80000000u) ? ~u : (u | 0x80000000u)) + 1u;  // at most 0xFF800001 (+inf)
+}
+
+__device__ __forceinline__ float key_value(unsigned key, bool by_logit) {
+  const unsigned k = key - 1u;
+  if (!by_logit) return __uint_as_float(k);
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
 // One token's routing by one warp: lg = its n_expert logits (read through L2: in the decode
 // router other blocks wrote them), p = n_expert floats of shared scratch. Returns the j-th chosen
-// id to lane j (j < k), -1 when there is none (NaN logits).
-__device__ int route_token_warp(const float* lg, int n_expert, int k, float* p,
+// id to lane j (j < k), -1 when there is none (NaN logits). softmax_weight (gpt-oss): the top k
+// by logit, weights = softmax over the chosen logits (route_token_softmax_weight); probs is the
+// softmax over all logits either way.
+__device__ int route_token_warp(const float* lg, int n_expert, int k, bool softmax_weight, float* p,
                                 float* __restrict__ probs, int32_t* __restrict__ ids,
                                 float* __restrict__ weights) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -60,6 +78,8 @@ __device__ int route_token_warp(const float* lg, int n_expert, int k, float* p,
   for (int e = lane; e < n_expert; e += 32) {
     p[e] *= inv;
     probs[e] = p[e];
+    // Selected on the logits themselves: exp can round two close logits to one probability.
+    if (softmax_weight) p[e] = __ldcg(lg + e);
   }
   __syncwarp();
 
@@ -74,8 +94,7 @@ __device__ int route_token_warp(const float* lg, int n_expert, int k, float* p,
     unsigned best = 0;
     int best_e = INT_MAX;
     for (int e = lane; e < n_expert; e += 32) {
-      const float v = p[e];
-      const unsigned key = v >= 0.0f ? __float_as_uint(fabsf(v)) + 1u : 0u;
+      const unsigned key = order_key(p[e], softmax_weight);
       if (key > best) {  // strict: e ascends, so the lane keeps its lowest id of a key
         best = key;
         best_e = e;
@@ -84,11 +103,23 @@ __device__ int route_token_warp(const float* lg, int n_expert, int k, float* p,
     const unsigned top = warp_max(best);
     const int bi = top == 0 ? -1 : warp_min(best == top ? best_e : INT_MAX);
     if (lane == j) {
-      mine = top == 0 ? 0.0f : __uint_as_float(top - 1u);
+      mine = top == 0 ? 0.0f : key_value(top, softmax_weight);
       mine_id = bi;
     }
     if (lane == 0) ids[j] = bi;
-    if (bi >= 0 && bi % 32 == lane) p[bi] = -1.0f;  // chosen: only its owner lane reads it again
+    // Chosen (key 0 from now on): only its owner lane reads it again.
+    if (bi >= 0 && bi % 32 == lane) p[bi] = __int_as_float(0x7FC00000);
+  }
+  if (softmax_weight) {
+    // exp(l_j - max) in float, summed in double in the order j = 0, 1, ..., as the CPU does.
+    float wmax = -INFINITY;
+    for (int j = 0; j < k; ++j) wmax = fmaxf(wmax, __shfl_sync(0xFFFFFFFFu, mine, j));
+    const float w = lane < k ? expf(mine - wmax) : 0.0f;
+    double wsum = 0;
+    for (int j = 0; j < k; ++j) wsum += static_cast<double>(__shfl_sync(0xFFFFFFFFu, w, j));
+    const float winv = static_cast<float>(1.0 / wsum);
+    if (lane < k) weights[lane] = w * winv;
+    return mine_id;
   }
   // Sum in the CPU's order j = 0, 1, ...; every lane gets the same value.
   float wsum = 0;
@@ -100,14 +131,14 @@ __device__ int route_token_warp(const float* lg, int n_expert, int k, float* p,
 
 __global__ void __launch_bounds__(kWarps * 32)
     router_kernel(const float* __restrict__ logits, int64_t n_tokens, int n_expert, int k,
-                  float* __restrict__ probs, int32_t* __restrict__ ids,
+                  bool softmax_weight, float* __restrict__ probs, int32_t* __restrict__ ids,
                   float* __restrict__ weights) {
   __shared__ float sp[kWarps][kMaxExperts];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (t >= n_tokens) return;  // only warp-level synchronization below
-  (void)route_token_warp(logits + t * n_expert, n_expert, k, sp[warp], probs + t * n_expert,
-                         ids + t * k, weights + t * k);
+  (void)route_token_warp(logits + t * n_expert, n_expert, k, softmax_weight, sp[warp],
+                         probs + t * n_expert, ids + t * k, weights + t * k);
 }
 
 struct RouterDecodeArgs {
@@ -115,6 +146,8 @@ struct RouterDecodeArgs {
   size_t row_bytes;
   int64_t n_in;
   int n_expert, k;
+  bool softmax_weight;
+  const float* bias;
   const float* x;
   float *logits, *probs, *weights;
   int32_t* ids;
@@ -134,14 +167,15 @@ __global__ void __launch_bounds__(detail::kRowThreads) router_decode_kernel(Rout
   const float logit =
       detail::float_row_dot<Dec>(a.w + o * static_cast<int64_t>(a.row_bytes), a.x, a.n_in, red);
   if (threadIdx.x == 0) {
-    a.logits[o] = logit;
+    a.logits[o] = a.bias ? logit + a.bias[o] : logit;
     __threadfence();  // the logit is visible before this block counts itself done
     last = atomicInc(a.counter, gridDim.x - 1) == gridDim.x - 1;
   }
   __syncthreads();
   if (!last || threadIdx.x >= 32) return;
   __threadfence();
-  const int e = route_token_warp(a.logits, a.n_expert, a.k, sp, a.probs, a.ids, a.weights);
+  const int e =
+      route_token_warp(a.logits, a.n_expert, a.k, a.softmax_weight, sp, a.probs, a.ids, a.weights);
   const int lane = static_cast<int>(threadIdx.x);
   if (lane < a.k) {
     // No id (NaN logits) gives null pointers: the expert kernels then write NaN, never fault.
@@ -165,7 +199,7 @@ void check_router_shape(int64_t n_expert, int64_t k, const char* what) {
 }  // namespace
 
 void router_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, float* probs,
-                 int32_t* ids, float* weights, cudaStream_t stream) {
+                 int32_t* ids, float* weights, cudaStream_t stream, bool softmax_weight) {
   check_router_shape(n_expert, k, "router_topk");
   if (n_tokens < 0) throw Error("router_topk: negative n_tokens");
   if (n_tokens == 0) return;
@@ -173,7 +207,8 @@ void router_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_
   const int64_t blocks = (n_tokens + kWarps - 1) / kWarps;
   if (blocks > 0x7FFFFFFF) throw Error("router_topk: too many tokens");
   router_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
-      logits, n_tokens, static_cast<int>(n_expert), static_cast<int>(k), probs, ids, weights);
+      logits, n_tokens, static_cast<int>(n_expert), static_cast<int>(k), softmax_weight, probs, ids,
+      weights);
   MOE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -199,6 +234,8 @@ void router_decode(const DeviceMatrix& w, const float* x, int64_t k, const Route
   a.n_in = w.n_in;
   a.n_expert = static_cast<int>(w.n_out);
   a.k = static_cast<int>(k);
+  a.softmax_weight = out.softmax_weight;
+  a.bias = out.bias;
   a.x = x;
   a.logits = out.logits;
   a.probs = out.probs;
