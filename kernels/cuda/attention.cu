@@ -124,12 +124,16 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
   // A refused device position reads nothing (p_end <= 0); the outputs are then meaningless but
   // every access stays in bounds.
   const int64_t pos0 = batch_pos0(a.device_pos0, a.pos0, a.n_tokens, a.n_ctx);
-  const int64_t n_vis = pos0 + t + 1;  // causal: positions [0, pos0 + t]
-  const int64_t split_len = split_length(pos0 + a.n_tokens, a.split_bound);
+  const int64_t n_vis = pos0 + t + 1;  // causal: positions [first, pos0 + t]
+  const int64_t first = first_visible(a.window, pos0 + t);
+  const int64_t lo = split_first(a.window, pos0);
+  const int64_t split_len = split_length(pos0 + a.n_tokens - lo, a.split_bound);
   // Positions any query of the block sees, cut to this split's range (empty for the tail slices
-  // of a graph's fixed grid: their partials are m = -inf, l = 0, which the merge weighs 0).
+  // of a graph's fixed grid: their partials are m = -inf, l = 0, which the merge weighs 0). With
+  // a window the block starts at its first token's first position: earlier tiles are not read.
   const int64_t t_last = (std::min(n_q, q0 + kAttnWarps) - 1) / a.group;
-  const int64_t p_begin = static_cast<int64_t>(blockIdx.z) * split_len;
+  const int64_t p_begin = lo + static_cast<int64_t>(blockIdx.z) * split_len;
+  const int64_t p_start = std::max(p_begin, first_visible(a.window, pos0 + q0 / a.group));
   const int64_t p_end = std::min(p_begin + split_len, pos0 + t_last + 1);
   // q·k runs over whole float4s: q and the K rows are zero-padded to a multiple of 4.
   const int hd4_k = (a.hd_k + 3) / 4 * 4;
@@ -159,9 +163,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
     load_rows(a.k_code, a.k, a.k_row_bytes, k_off, a.hd_k, p0, p_end, warp, lane, kreg);
     load_rows(a.v_code, a.v, a.v_row_bytes, v_off, a.hd_v, p0, p_end, warp, lane, vreg);
   };
-  if (p_begin < p_end) load_tile(p_begin);
+  if (p_start < p_end) load_tile(p_start);
 
-  for (int64_t p0 = p_begin; p0 < p_end; p0 += P) {
+  for (int64_t p0 = p_start; p0 < p_end; p0 += P) {
     __syncthreads();  // the previous tile is consumed (and qs is written)
 #pragma unroll
     for (int rr = 0; rr < RR; ++rr) {
@@ -190,7 +194,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
     float s = s0 + s1;
     if constexpr (L == 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, 16);
     const int64_t pos = p0 + j;
-    s = (pos < p_end && pos < n_vis) ? s * a.scale : -INFINITY;
+    s = (pos < p_end && pos < n_vis && pos >= first) ? s * a.scale : -INFINITY;
     const float m_new = fmaxf(m, warp_max(s));
     if (m_new == -INFINITY) continue;    // every position of this tile is masked for this query
     const float corr = expf(m - m_new);  // 0 on the first visible tile (m = -inf)
@@ -220,10 +224,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
   if (!active) return;
   if (gridDim.z == 1) {
     float* o = a.out + qidx * a.hd_v;
+    const SinkNorm sn = a.sinks ? sink_norm(m, l, a.sinks[h]) : SinkNorm{};
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
       const int d = lane + 32 * i;
-      if (d < a.hd_v) o[d] = acc[i] / l;
+      if (d < a.hd_v) o[d] = a.sinks ? __fmul_rn(acc[i], sn.c) / sn.den : acc[i] / l;
     }
     return;
   }
@@ -241,10 +246,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
 }
 
 // One block per query: out = sum_z acc_z e^(m_z - M) / sum_z l_z e^(m_z - M), M = max_z m_z
-// (finite: position 0 is visible to every query and lies in split 0). A query's empty splits
-// (l = 0) are a suffix: the positions it sees are a prefix. Only the non-empty ones are read,
-// and every sum's order depends only on their count, so a graph's fixed grid of mostly empty
-// slices merges to the same bits as an eager launch of just the slices needed, and costs no more.
+// (finite: every query sees its own position). With a sink s (AttentionMask), counted here once
+// and in no slice: M = max(M, s) and e^(s - M) joins the denominator. A query's slices past its
+// last non-empty one are not read (a graph's fixed grid's tail; with a window a prompt row's
+// slices before its first position are empty too, but written: m = -inf, l = 0, acc = 0, weighed
+// 0), and every sum's order depends only on the count read, so a graph's fixed grid of mostly
+// empty slices merges to the same bits as an eager launch of just the slices needed, and costs
+// no more.
 // The max, the sum and the output's sum over slices are spread over the threads (a serial walk of
 // 256 slices per thread cost ~20 us at 32k positions), and a query's dims over blocks of 32.
 // (Merging in the last attention block to finish instead, behind a completion counter, was
@@ -270,7 +278,8 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch) {
 
 __global__ void __launch_bounds__(kMergeThreads)
     attention_merge_kernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
-                           int n_split, int64_t n_q, int hd_v, float* __restrict__ out) {
+                           int n_split, int64_t n_q, int hd_v, const float* __restrict__ sinks,
+                           int n_head, float* __restrict__ out) {
   __shared__ float sm[kMaxSplits], sl[kMaxSplits], scale[kMaxSplits];
   __shared__ float red[kMergeThreads];
   __shared__ float scratch[kMergeThreads / 32];
@@ -289,13 +298,16 @@ __global__ void __launch_bounds__(kMergeThreads)
   const int n = n_used;
   float v = -INFINITY;
   for (int z = tid; z < n; z += kMergeThreads) v = fmaxf(v, sm[z]);
-  const float mx = block_reduce<true>(v, scratch);
+  float mx = block_reduce<true>(v, scratch);
+  const float sink = sinks ? sinks[qidx % n_head] : 0.0f;
+  if (sinks) mx = fmaxf(mx, sink);
   v = 0.0f;
   for (int z = tid; z < n; z += kMergeThreads) {
     scale[z] = expf(sm[z] - mx);
     v += sl[z] * scale[z];
   }
-  const float sum = block_reduce<false>(v, scratch);  // its barriers publish scale[]
+  float sum = block_reduce<false>(v, scratch);       // its barriers publish scale[]
+  if (sinks) sum = __fadd_rn(sum, expf(sink - mx));  // as sink_norm() for a single slice
   // Warp w sums slices w, w + 8, ... of dim d (this block's 32 dims), in two chains.
   const int warp = tid / 32, d = static_cast<int>(blockIdx.y) * 32 + tid % 32;
   constexpr int kWarps = kMergeThreads / 32;
@@ -375,14 +387,16 @@ struct Plan {
   int split_bound = 1;  // split_length()'s bound
   int n_split = 1;      // grid.z
   size_t workspace = 0;
+  size_t workspace_any_window = 0;  // enough for any AttentionMask::window
 };
 
 // Splits the positions only when the query blocks (rows_per_block query rows each) alone would
 // leave most SMs idle, and never into ranges shorter than kMinSplitPositions. With a device
 // position the grid takes the most slices any position could need (the kernel finds the length
-// from the position it reads).
+// from the position it reads). With a window only the positions the batch sees are split
+// (split_first()), so the same bound splits a window's few positions into fewer slices.
 Plan plan_attention(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_head_kv,
-                    int64_t head_dim_v, bool device_pos0, int64_t rows_per_block) {
+                    int64_t head_dim_v, bool device_pos0, int64_t rows_per_block, int64_t window) {
   Plan plan;
   const int64_t group = n_head / n_head_kv;
   const int64_t base_blocks = (n_tokens * group + rows_per_block - 1) / rows_per_block * n_head_kv;
@@ -391,25 +405,39 @@ Plan plan_attention(int64_t n_tokens, int64_t pos0, int64_t n_head, int64_t n_he
     plan.split_bound = static_cast<int>(
         std::clamp<int64_t>((target + base_blocks - 1) / base_blocks, 1, kMaxSplits));
   }
+  // The slice count is not monotonic in the positions split (97 positions may take fewer slices
+  // than 96), so the bound for any window is split_length()'s slice count before rounding, which
+  // is: ceil(n / kMinSplitPositions) capped by the bound, monotonic, and >= the slices of any
+  // shorter range.
+  int any_window = plan.split_bound;
   if (device_pos0) {
     plan.n_split = plan.split_bound;
   } else {
-    const int64_t n_kv = pos0 + n_tokens;
+    const int64_t lo = split_first(window, pos0);
+    const int64_t n_kv = pos0 + n_tokens - lo;
     const int64_t len = split_length(n_kv, plan.split_bound);
     plan.n_split = static_cast<int>((n_kv + len - 1) / len);
+    any_window = static_cast<int>(std::clamp<int64_t>(
+        (pos0 + n_tokens + kMinSplitPositions - 1) / kMinSplitPositions, 1, plan.split_bound));
   }
-  if (plan.n_split > 1) {
-    const auto entries = static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_tokens) *
-                         static_cast<size_t>(n_head);
-    plan.workspace = entries * (static_cast<size_t>(head_dim_v) + 2) * sizeof(float);
-  }
+  const auto bytes = [&](int n_split) -> size_t {
+    if (n_split <= 1) return 0;
+    const auto entries =
+        static_cast<size_t>(n_split) * static_cast<size_t>(n_tokens) * static_cast<size_t>(n_head);
+    return entries * (static_cast<size_t>(head_dim_v) + 2) * sizeof(float);
+  };
+  plan.workspace = bytes(plan.n_split);
+  plan.workspace_any_window = bytes(std::max(plan.n_split, any_window));
   return plan;
 }
 
 void check_attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
                      int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
-                     int64_t head_dim_v, const float* out) {
+                     int64_t head_dim_v, const float* out, const AttentionMask& mask) {
   const char* what = "attention";
+  if (mask.window < 0) {
+    throw Error("attention: window " + std::to_string(mask.window) + " < 0 (0 for none)");
+  }
   check_kv(kv, what);
   check_positions(kv, n_tokens, pos0, what);
   if (n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0) {
@@ -446,7 +474,8 @@ void launch_attention_kernel(const AttnArgs& a, int64_t n_head_kv, int n_split,
 
 AttnArgs make_args(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
                    int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
-                   int64_t head_dim_v, float scale, float* out, const int32_t* device_pos0) {
+                   int64_t head_dim_v, float scale, float* out, const int32_t* device_pos0,
+                   const AttentionMask& mask) {
   AttnArgs a{};
   a.k = static_cast<const uint8_t*>(kv.k);
   a.v = static_cast<const uint8_t*>(kv.v);
@@ -466,6 +495,8 @@ AttnArgs make_args(const DeviceKvLayer& kv, const float* q, int64_t q_stride, in
   a.hd_k = static_cast<int>(head_dim_k);
   a.hd_v = static_cast<int>(head_dim_v);
   a.scale = scale;
+  a.window = mask.window;
+  a.sinks = mask.sinks;
   return a;
 }
 
@@ -509,12 +540,13 @@ size_t attention_workspace_bytes(int64_t n_tokens, int64_t pos0, int64_t n_head,
     return 0;
   }
   // Enough for either kernel (which one runs depends on the cache and the device): the
-  // tensor-core kernel's larger row blocks leave fewer blocks, so it may split more.
+  // tensor-core kernel's larger row blocks leave fewer blocks, so it may split more. And for any
+  // window (its positions split differently).
   return std::max(
-      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0, kAttnWarps)
-          .workspace,
-      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0, kMmaRows)
-          .workspace);
+      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0, kAttnWarps, 0)
+          .workspace_any_window,
+      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0, kMmaRows, 0)
+          .workspace_any_window);
 }
 
 bool attention_uses_tensor_cores(const DeviceKvLayer& kv, int64_t n_tokens, int64_t n_head,
@@ -522,20 +554,22 @@ bool attention_uses_tensor_cores(const DeviceKvLayer& kv, int64_t n_tokens, int6
   check_kv(kv, "attention");
   if (n_tokens < 1 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0) return false;
   return attention_mma_serves(make_args(kv, nullptr, 0, n_tokens, 0, n_head, n_head_kv, head_dim_k,
-                                        head_dim_v, 1.0f, nullptr, nullptr));
+                                        head_dim_v, 1.0f, nullptr, nullptr, {}));
 }
 
 void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
                int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
                int64_t head_dim_v, float scale, float* out, void* workspace, size_t workspace_bytes,
-               cudaStream_t stream, const int32_t* device_pos0) {
-  check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out);
+               cudaStream_t stream, const int32_t* device_pos0, const AttentionMask& mask) {
+  check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out,
+                  mask);
   if (n_tokens == 0) return;
   AttnArgs a = make_args(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v,
-                         scale, out, device_pos0);
+                         scale, out, device_pos0, mask);
   const bool mma = attention_mma_serves(a);
-  const Plan plan = plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v,
-                                   device_pos0 != nullptr, mma ? kMmaRows : kAttnWarps);
+  const Plan plan =
+      plan_attention(n_tokens, pos0, n_head, n_head_kv, head_dim_v, device_pos0 != nullptr,
+                     mma ? kMmaRows : kAttnWarps, mask.window);
   if (plan.workspace > 0 && (!workspace || workspace_bytes < plan.workspace)) {
     throw Error("attention: workspace of " + std::to_string(workspace_bytes) + " bytes, " +
                 std::to_string(plan.workspace) + " needed");
@@ -564,21 +598,23 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
     const int64_t n_q = n_tokens * n_head;
     const dim3 grid(static_cast<unsigned>(n_q), static_cast<unsigned>((a.hd_v + 31) / 32));
     attention_merge_kernel<<<grid, kMergeThreads, 0, stream>>>(a.part_acc, a.part_ml, plan.n_split,
-                                                               n_q, a.hd_v, out);
+                                                               n_q, a.hd_v, a.sinks, a.n_head, out);
     MOE_CUDA_CHECK(cudaGetLastError());
   }
 }
 
 void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_t n_tokens,
                int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim_k,
-               int64_t head_dim_v, float scale, float* out, cudaStream_t stream) {
-  check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out);
+               int64_t head_dim_v, float scale, float* out, cudaStream_t stream,
+               const AttentionMask& mask) {
+  check_attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, out,
+                  mask);
   if (n_tokens == 0) return;
   const size_t bytes =
       attention_workspace_bytes(n_tokens, pos0, n_head, n_head_kv, head_dim_v, false);
   if (bytes == 0) {
     attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, scale,
-              out, nullptr, 0, stream);
+              out, nullptr, 0, stream, nullptr, mask);
     return;
   }
   // Stream-ordered scratch: no synchronization, and the pool makes repeated calls cheap.
@@ -586,7 +622,7 @@ void attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, int64_
   MOE_CUDA_CHECK(cudaMallocAsync(&ws, bytes, stream));
   try {
     attention(kv, q, q_stride, n_tokens, pos0, n_head, n_head_kv, head_dim_k, head_dim_v, scale,
-              out, ws, bytes, stream);
+              out, ws, bytes, stream, nullptr, mask);
   } catch (...) {
     (void)cudaFreeAsync(ws, stream);
     throw;

@@ -27,9 +27,11 @@ struct AttnArgs {
   int64_t n_ctx;
   int n_head, group, hd_k, hd_v;
   float scale;
-  int split_bound;  // split_length()'s bound; the grid has gridDim.z <= split_bound slices
-  float* part_acc;  // [gridDim.z][n_tokens * n_head][hd_v] when gridDim.z > 1
-  float* part_ml;   // [gridDim.z][n_tokens * n_head][2]: running max, sum
+  int64_t window;      // AttentionMask::window (0: none)
+  const float* sinks;  // AttentionMask::sinks, [n_head] (null: none)
+  int split_bound;     // split_length()'s bound; the grid has gridDim.z <= split_bound slices
+  float* part_acc;     // [gridDim.z][n_tokens * n_head][hd_v] when gridDim.z > 1
+  float* part_ml;      // [gridDim.z][n_tokens * n_head][2]: running max, sum
 };
 
 // The first position of a batch: the host's value, or a device int32 read when the kernel runs
@@ -40,6 +42,32 @@ __device__ __forceinline__ int64_t batch_pos0(const int32_t* device_pos0, int64_
   if (!device_pos0) return pos0;
   const int64_t p = *device_pos0;
   return p >= 0 && p + n_tokens <= n_ctx ? p : -1;
+}
+
+// The first cache position a token at `pos` sees (AttentionMask::window; 0 = all from 0), as
+// coordinator/model/attention.cpp's first_visible().
+__host__ __device__ inline int64_t first_visible(int64_t window, int64_t pos) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
+// The split's positions: [first_visible(pos0), pos0 + n_tokens) (the union of what the batch's
+// tokens see), so a sliding window's earlier positions are never in any slice.
+__host__ __device__ inline int64_t split_first(int64_t window, int64_t pos0) {
+  return first_visible(window, pos0);
+}
+
+// A row's final normalization with a sink (one slice: m, l, acc of the row's whole range; the
+// merge: M over the slices, l the rescaled sum): the sink joins the max and the denominator,
+// unscaled and without a value, as attend_rows does. Rounded step by step (no contraction) so the
+// merge of one non-empty slice and the single-slice kernels give the same bits: out = acc * c /
+// den, c = e^(m - M), den = l * c + e^(sink - M), M = max(m, sink).
+struct SinkNorm {
+  float c, den;
+};
+__device__ __forceinline__ SinkNorm sink_norm(float m, float l, float sink) {
+  const float mx = fmaxf(m, sink);
+  const float c = expf(m - mx);
+  return {c, __fadd_rn(__fmul_rn(l, c), expf(sink - mx))};
 }
 
 // Positions per grid.z slice for n_kv visible positions and at most `bound` slices: as few

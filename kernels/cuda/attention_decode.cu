@@ -204,8 +204,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int n_q = static_cast<int>(a.n_tokens) * a.group;  // <= NQ (attention_decode_serves)
   // A refused device position reads nothing past the batch's own rows (as attention.cu).
   const int64_t pos0 = batch_pos0(a.device_pos0, a.pos0, a.n_tokens, a.n_ctx);
-  const int64_t split_len = split_length(pos0 + a.n_tokens, a.split_bound);
-  const int64_t p_begin = static_cast<int64_t>(blockIdx.z) * split_len;
+  // The slices cover only what the batch sees: with a window, the positions before it are in no
+  // slice and never read.
+  const int64_t lo = split_first(a.window, pos0);
+  const int64_t split_len = split_length(pos0 + a.n_tokens - lo, a.split_bound);
+  const int64_t p_begin = lo + static_cast<int64_t>(blockIdx.z) * split_len;
   const int64_t p_end = std::min(p_begin + split_len, pos0 + a.n_tokens);
   if (p_begin >= p_end && gridDim.z > 1) {
     // An empty slice (most of a graph's fixed grid at a short context): the merge reads only its
@@ -231,7 +234,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     for (int i = 0; i < DPL; ++i) q[g][i] = g < n_q && i < k_valid ? qr[i] : 0.0f;
   }
   const int own = lane >> kShift;  // the query row this lane scores
-  const int64_t own_vis = own < n_q ? pos0 + own / a.group + 1 : 0;  // causal: [0, pos0 + t]
+  const int64_t own_vis = own < n_q ? pos0 + own / a.group + 1 : 0;  // causal: [.., pos0 + t]
+  const int64_t own_first = first_visible(a.window, pos0 + own / a.group);
   float m = -INFINITY, l = 0.0f;
   float acc[NQ][DPL];
 #pragma unroll
@@ -279,7 +283,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
     load_run<DPL>(a.v_code, st + c.v_at, d0, v_valid, vr);
     float sc = transposed_warp_sum<NQ>(s, lane);
-    sc = pos < own_vis ? sc * a.scale : -INFINITY;
+    sc = pos < own_vis && pos >= own_first ? sc * a.scale : -INFINITY;
     const float m_new = fmaxf(m, sc);
     // Nothing visible yet for this row: leave it untouched (corr 1, p 0).
     const float corr = m_new == -INFINITY ? 1.0f : expf(m - m_new);
@@ -346,7 +350,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int h = hk * a.group + g % a.group;
     const int64_t qidx = t * a.n_head + h;
     if (gridDim.z == 1) {
-      a.out[qidx * a.hd_v + d] = o / lsum;
+      if (a.sinks) {
+        const SinkNorm sn = sink_norm(mx, lsum, a.sinks[h]);
+        a.out[qidx * a.hd_v + d] = __fmul_rn(o, sn.c) / sn.den;
+      } else {
+        a.out[qidx * a.hd_v + d] = o / lsum;
+      }
       continue;
     }
     const int64_t pi = static_cast<int64_t>(blockIdx.z) * a.n_tokens * a.n_head + qidx;

@@ -142,9 +142,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(AttnArgs 
   const int64_t n_q = a.n_tokens * a.group;
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kMmaRows;
   const int64_t pos0 = batch_pos0(a.device_pos0, a.pos0, a.n_tokens, a.n_ctx);
-  const int64_t split_len = split_length(pos0 + a.n_tokens, a.split_bound);
+  // Slices over what the batch sees (split_first), and within a slice a window's block starts at
+  // its first token's first position: tiles before it are not read.
+  const int64_t lo = split_first(a.window, pos0);
+  const int64_t split_len = split_length(pos0 + a.n_tokens - lo, a.split_bound);
   const int64_t t_last = (std::min(n_q, q0 + kMmaRows) - 1) / a.group;
-  const int64_t p_begin = static_cast<int64_t>(blockIdx.z) * split_len;
+  const int64_t p_begin = lo + static_cast<int64_t>(blockIdx.z) * split_len;
+  const int64_t p_start = std::max(p_begin, first_visible(a.window, pos0 + q0 / a.group));
   const int64_t p_end = std::min(p_begin + split_len, pos0 + t_last + 1);
 
   // Q rows of the block as f16, zeros past the head and past the last row.
@@ -160,12 +164,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(AttnArgs 
     qs[r * S + d] = __float2half_rn(x);
   }
 
-  // This thread's two rows (g and g + 8 of the warp's 16): positions < vis are visible.
+  // This thread's two rows (g and g + 8 of the warp's 16): positions in [first, vis) are visible.
   const int64_t row_a = q0 + warp * 16 + g, row_b = row_a + 8;
   const int64_t vis_a = row_a < n_q ? pos0 + row_a / a.group + 1 : 0;
   const int64_t vis_b = row_b < n_q ? pos0 + row_b / a.group + 1 : 0;
+  const int64_t first_a = first_visible(a.window, pos0 + row_a / a.group);
+  const int64_t first_b = first_visible(a.window, pos0 + row_b / a.group);
   const int64_t warp_last = std::min(n_q, q0 + warp * 16 + 16) - 1;
   const int64_t warp_vis = warp_last >= q0 + warp * 16 ? pos0 + warp_last / a.group + 1 : 0;
+  const int64_t warp_first = first_visible(a.window, pos0 + (q0 + warp * 16) / a.group);
 
   float o[NT][4];
 #pragma unroll
@@ -174,12 +181,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(AttnArgs 
   const int64_t k_off = static_cast<int64_t>(hk) * a.hd_k;
   const int64_t v_off = static_cast<int64_t>(hk) * a.hd_v;
 
-  for (int64_t p0 = p_begin; p0 < p_end; p0 += kMmaTile) {
+  for (int64_t p0 = p_start; p0 < p_end; p0 += kMmaTile) {
     __syncthreads();  // the previous tile is consumed
     load_tile<HD>(a.k_code, ks, a.k, a.k_row_bytes, k_off, a.hd_k, p0, p_end);
     load_tile<HD>(a.v_code, vs, a.v, a.v_row_bytes, v_off, a.hd_v, p0, p_end);
     __syncthreads();  // the tile (and, the first time, qs) is written
-    if (p0 >= warp_vis) continue;
+    if (p0 >= warp_vis || p0 + kMmaTile <= warp_first) continue;  // no row of the warp sees it
 
     // S = Q·K^T: 4 n-tiles of 8 positions; thread holds (g, 2tig..+1) and (g + 8, 2tig..+1).
     float s[kMmaTile / 8][4];
@@ -197,15 +204,16 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(AttnArgs 
       }
     }
 
-    // Mask (causal, slice end), scale, and the online softmax of rows a and b; the 4 lanes of a
-    // row group (same g) share each row's max.
+    // Mask (causal, window, slice end), scale, and the online softmax of rows a and b; the 4 lanes
+    // of a row group (same g) share each row's max.
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kMmaTile / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t pos = p0 + j * 8 + 2 * tig + (e & 1);
-        const bool ok = pos < p_end && pos < (e < 2 ? vis_a : vis_b);
+        const bool ok =
+            pos < p_end && pos < (e < 2 ? vis_a : vis_b) && pos >= (e < 2 ? first_a : first_b);
         s[j][e] = ok ? s[j][e] * a.scale : -INFINITY;
       }
       mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
@@ -271,9 +279,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(AttnArgs 
     const int h = hk * a.group + static_cast<int>(row % a.group);
     const int64_t qidx = t * a.n_head + h;  // row of out / of the partials
     const float m = half == 0 ? m_a : m_b, l = half == 0 ? l_a : l_b;
-    // One slice: o / l (position 0 lies in it, so l > 0), divided as the merge divides, so a
-    // graph's fixed grid of mostly empty slices gives the same bits. Else the partials.
+    // One slice: o / l (the row's own position lies in it, so l > 0), divided as the merge
+    // divides (with a sink as sink_norm() says), so a graph's fixed grid of mostly empty slices
+    // gives the same bits. Else the partials.
     const bool whole = gridDim.z == 1;
+    const SinkNorm sn = whole && a.sinks ? sink_norm(m, l, a.sinks[h]) : SinkNorm{};
+    const auto finish = [&](float x) {
+      return !whole ? x : a.sinks ? __fmul_rn(x, sn.c) / sn.den : x / l;
+    };
     float* dst;
     if (whole) {
       dst = a.out + qidx * a.hd_v;
@@ -289,8 +302,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(AttnArgs 
     for (int n = 0; n < NT; ++n) {
       const int d = n * 8 + 2 * tig;
       const float x0 = o[n][2 * half], x1 = o[n][2 * half + 1];
-      if (d < a.hd_v) dst[d] = whole ? x0 / l : x0;
-      if (d + 1 < a.hd_v) dst[d + 1] = whole ? x1 / l : x1;
+      if (d < a.hd_v) dst[d] = finish(x0);
+      if (d + 1 < a.hd_v) dst[d + 1] = finish(x1);
     }
   }
 }

@@ -1,6 +1,8 @@
-// kv_store (bytes equal the CPU cache's encodings) and attention (against a double-precision
-// reference over the cache decoded by cpu::dequantize_row), for every cache type (F32, F16, BF16,
-// Q8_0, Q5_x, Q4_x, IQ4_NL), GQA, prefill and long-context decode (the split + merge path).
+// kv_store (bytes equal the CPU cache's encodings) and attention (against the CPU's
+// double-precision reference, cpu::attend_rows_ref, over the cache decoded by
+// cpu::dequantize_row), for every cache type (F32, F16, BF16, Q8_0, Q5_x, Q4_x, IQ4_NL), GQA,
+// prefill and long-context decode (the split + merge path), with and without gpt-oss's mask
+// (sliding window, attention sinks).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "common/error.h"
 #include "common/fp16.h"
 #include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/random_blocks.h"
@@ -73,6 +76,8 @@ struct Param {
   Shape shape;
   int64_t n_tokens, pos0;
   bool tensor_cores = false;  // on sm_80 and newer the tensor-core kernel must serve this call
+  int64_t window = 0;         // AttentionMask::window
+  bool sinks = false;         // fresh random AttentionMask::sinks
 };
 
 int device_major() {
@@ -88,7 +93,35 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   return tn(p.k_type) + "_" + tn(p.v_type) + "_h" + std::to_string(p.shape.n_head) + "kv" +
          std::to_string(p.shape.n_head_kv) + "_d" + std::to_string(p.shape.hd_k) + "x" +
          std::to_string(p.shape.hd_v) + "_n" + std::to_string(p.n_tokens) + "_pos" +
-         std::to_string(p.pos0);
+         std::to_string(p.pos0) + (p.window > 0 ? "_w" + std::to_string(p.window) : "") +
+         (p.sinks ? "_sinks" : "");
+}
+
+// Sink logits for n_head heads: every third one large enough to dominate the n_vis positions'
+// scores (their sum is about n_vis), the others comparable with the scores, above and below.
+std::vector<float> random_sinks(int64_t n_head, int64_t n_vis, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  std::vector<float> s(static_cast<size_t>(n_head));
+  for (int64_t h = 0; h < n_head; ++h) {
+    s[static_cast<size_t>(h)] =
+        h % 3 == 1 ? std::log(static_cast<float>(n_vis)) + 5.0f + u(rng) : u(rng);
+  }
+  return s;
+}
+
+// ||got - want|| / ||want|| of each output row (a query head of a token), the largest: a sink
+// that dominates leaves its heads' rows small, where the whole output's error would not see
+// them.
+double worst_row_error(const std::vector<float>& got, const std::vector<double>& want,
+                       int64_t row) {
+  double worst = 0;
+  for (size_t r = 0; r * static_cast<size_t>(row) < want.size(); ++r) {
+    const auto b = static_cast<std::ptrdiff_t>(r * static_cast<size_t>(row));
+    const std::vector<float> g(got.begin() + b, got.begin() + b + row);
+    const std::vector<double> w(want.begin() + b, want.begin() + b + row);
+    worst = std::max(worst, test::normalized_error(g, w));
+  }
+  return worst;
 }
 
 constexpr GgmlType F32 = GgmlType::F32, F16 = GgmlType::F16, Q8 = GgmlType::Q8_0,
@@ -137,6 +170,11 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd_k));
   const bool tc =
       attention_uses_tensor_cores(c.kv, P.n_tokens, s.n_head, s.n_head_kv, s.hd_k, s.hd_v);
+  const std::vector<float> sinks =
+      P.sinks ? random_sinks(s.n_head, P.window > 0 ? std::min(P.window, n_kv) : n_kv, rng)
+              : std::vector<float>{};
+  const auto dsinks = test::to_device(sinks);
+  const AttentionMask mask{P.window, P.sinks ? dsinks.as<float>() : nullptr};
   if (P.tensor_cores && device_major() >= 8) {
     EXPECT_TRUE(tc);
   }
@@ -145,44 +183,48 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
     EXPECT_FALSE(tc);
   }
   attention(c.kv, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_k,
-            s.hd_v, scale, dout.as<float>(), nullptr);
+            s.hd_v, scale, dout.as<float>(), nullptr, mask);
   const auto out = test::to_host<float>(dout, static_cast<size_t>(out_n));
 
+  // The CPU's reference, one row per (token, query head), with the mask as
+  // model::attention applies it: the window's first position, the head's sink.
   const auto K = decode_cache(c.k, P.k_type, c.kv.k_row_bytes, ke, n_kv);
   const auto V = decode_cache(c.v, P.v_type, c.kv.v_row_bytes, ve, n_kv);
-  std::vector<double> want(static_cast<size_t>(out_n));
   const int64_t group = s.n_head / s.n_head_kv;
-  std::vector<double> sc(static_cast<size_t>(n_kv));
+  std::vector<float> want_f(static_cast<size_t>(out_n));
   for (int64_t t = 0; t < P.n_tokens; ++t) {
     for (int64_t h = 0; h < s.n_head; ++h) {
       const int64_t hk = h / group, n_vis = P.pos0 + t + 1;
-      const float* qh = q.data() + t * q_stride + h * s.hd_k;
-      double mx = -INFINITY;
-      for (int64_t p = 0; p < n_vis; ++p) {
-        double d = 0;
-        for (int64_t i = 0; i < s.hd_k; ++i)
-          d += static_cast<double>(qh[i]) * K[p * ke + hk * s.hd_k + i];
-        sc[p] = d * scale;
-        mx = std::max(mx, sc[p]);
-      }
-      double sum = 0;
-      for (int64_t p = 0; p < n_vis; ++p) sum += (sc[p] = std::exp(sc[p] - mx));
-      for (int64_t i = 0; i < s.hd_v; ++i) {
-        double o = 0;
-        for (int64_t p = 0; p < n_vis; ++p) o += sc[p] * V[p * ve + hk * s.hd_v + i];
-        want[static_cast<size_t>((t * s.n_head + h) * s.hd_v + i)] = o / sum;
-      }
+      const int64_t first = P.window > 0 ? std::max<int64_t>(0, n_vis - P.window) : 0;
+      cpu::AttendRows r;
+      r.q = q.data() + t * q_stride + h * s.hd_k;
+      r.n_rows = 1;
+      r.n_vis = &n_vis;
+      r.first_vis = &first;
+      if (P.sinks) r.sinks = sinks.data() + h;
+      r.k = K.data() + hk * s.hd_k;
+      r.v = V.data() + hk * s.hd_v;
+      r.k_stride = ke;
+      r.v_stride = ve;
+      r.hd_k = s.hd_k;
+      r.hd_v = s.hd_v;
+      r.scale = scale;
+      r.out = want_f.data() + (t * s.n_head + h) * s.hd_v;
+      cpu::attend_rows_ref(r);
     }
   }
+  const std::vector<double> want(want_f.begin(), want_f.end());
   // Tensor cores round q, the cache rows and the probabilities to f16 (2^-11 relative each).
   EXPECT_LE(test::normalized_error(out, want), tc ? 3e-3 : 1e-5);
+  // Each row on its own (a sink counted twice or a window's edge off by one shows in its rows).
+  EXPECT_LE(worst_row_error(out, want, s.hd_v), tc ? 2e-2 : 1e-4);
 
   // Caller-provided scratch gives the same result bit for bit.
   const size_t ws = attention_workspace_bytes(P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_v);
   cuda::DeviceBuffer dws(ws);
   cuda::DeviceBuffer dout2(static_cast<size_t>(out_n) * sizeof(float));
   attention(c.kv, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_k,
-            s.hd_v, scale, dout2.as<float>(), dws.get(), ws, nullptr);
+            s.hd_v, scale, dout2.as<float>(), dws.get(), ws, nullptr, nullptr, mask);
   EXPECT_EQ(test::to_host<float>(dout2, static_cast<size_t>(out_n)), out);
 
   // A position read on the device (CUDA graphs): the host passes 0, the device holds pos0. The
@@ -201,8 +243,20 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
   cuda::DeviceBuffer dws3(ws_dev);
   cuda::DeviceBuffer dout3(static_cast<size_t>(out_n) * sizeof(float));
   attention(c2.kv, dq.as<float>(), q_stride, P.n_tokens, 0, s.n_head, s.n_head_kv, s.hd_k, s.hd_v,
-            scale, dout3.as<float>(), dws3.get(), ws_dev, nullptr, dpos.as<int32_t>());
+            scale, dout3.as<float>(), dws3.get(), ws_dev, nullptr, dpos.as<int32_t>(), mask);
   EXPECT_EQ(test::to_host<float>(dout3, static_cast<size_t>(out_n)), out);
+
+  if (P.window == 0 && !P.sinks) {
+    // A mask that changes nothing is the unmasked computation, bit for bit: a window wider than
+    // the cache (its first position is 0) and sinks of -inf (e^-inf = 0 joins the sum).
+    const auto dnone =
+        test::to_device(std::vector<float>(static_cast<size_t>(s.n_head), -INFINITY));
+    const AttentionMask inert{n_kv + 1 + static_cast<int64_t>(rng() % 1000), dnone.as<float>()};
+    cuda::DeviceBuffer dout4(static_cast<size_t>(out_n) * sizeof(float));
+    attention(c.kv, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_k,
+              s.hd_v, scale, dout4.as<float>(), nullptr, inert);
+    EXPECT_EQ(test::to_host<float>(dout4, static_cast<size_t>(out_n)), out);
+  }
 }
 
 constexpr Shape kGqa4x2{4, 2, 64, 64}, kGqa16x2{16, 2, 128, 128}, kHead256{8, 1, 256, 256},
@@ -251,6 +305,38 @@ std::vector<Param> params() {
   out.push_back({F16, F16, kMixed, 70, 100, true});
   out.push_back({Q4, Q4, kGqa16x2, 9, 40013, true});
   out.push_back({F16, F16, Shape{16, 2, 256, 256}, 16, 32771, true});
+  // gpt-oss's mask: a sliding window, sinks, and both, on every kernel path and cache type.
+  // Windows cut inside tiles and split slices (3000 positions, the last 128 seen), exceed the
+  // position (100 < 128), see one position (1), or only part of a prompt batch (4 < 7 tokens).
+  struct Mask {
+    int64_t window;
+    bool sinks;
+  };
+  for (const Mask m : {Mask{128, false}, Mask{0, true}, Mask{128, true}}) {
+    for (const auto& [kt, vt] :
+         {std::pair{F32, F32}, std::pair{F16, F16}, std::pair{Q8, Q8}, std::pair{Q4, Q4},
+          std::pair{F16, Q8}, std::pair{BF, BF}, std::pair{Q50, Q51}, std::pair{NL, NL}}) {
+      for (const Shape& s : {kGqa4x2, kGqa16x2}) {
+        out.push_back({kt, vt, s, 1, 2999, false, m.window, m.sinks});  // decode: split + merge
+        out.push_back({kt, vt, s, 1, 100, false, m.window, m.sinks});   // window > position
+        out.push_back({kt, vt, s, 7, 1000, false, m.window, m.sinks});  // small prompt, split
+      }
+      out.push_back({kt, vt, kGqa4x2, 3, 1000, false, m.window, m.sinks});  // decode kernel, 6 rows
+      if (kt != F32) out.push_back({kt, vt, kGqa16x2, 77, 1000, true, m.window, m.sinks});
+    }
+    out.push_back({Q4, Q4, kGqa4x2, 1, 0, false, m.window, m.sinks});  // the very first token
+    out.push_back({F16, F16, kGqa4x2, 7, 5, false, m.window > 0 ? 4 : 0, m.sinks});
+    out.push_back({F32, F32, kGqa4x2, 300, 40, false, m.window > 0 ? 64 : 0, m.sinks});
+    out.push_back({Q8, F32, kHead256, 1, 2999, false, m.window > 0 ? 100 : 0, m.sinks});
+    out.push_back({Q8, Q4, kHead256, 40, 3001, true, m.window > 0 ? 100 : 0, m.sinks});
+    out.push_back({F16, F16, kMixed, 70, 100, true, m.window, m.sinks});
+    out.push_back({Q4, Q4, kGqa16x2, 9, 40013, true, m.window > 0 ? 4096 : 0, m.sinks});
+    out.push_back({Q4, Q4, Shape{64, 8, 64, 64}, 1, 4000, false, m.window, m.sinks});  // gpt-oss
+    out.push_back({F16, F16, Shape{64, 8, 64, 64}, 1, 130000, false, m.window, m.sinks});
+  }
+  out.push_back({F16, F16, kGqa4x2, 1, 2999, false, 1, false});  // a window of one position
+  out.push_back({Q8, Q8, kGqa16x2, 77, 1000, true, 1, true});
+  out.push_back({F32, F32, kGqa16x2, 7, 50, false, 1, true});
   return out;
 }
 
@@ -333,6 +419,15 @@ TEST(AttentionCuda, RejectsBadArguments) {
                      "q_stride");
   test::expect_error([&] { attention(kv, nullptr, 256, 1, 0, 4, 2, 64, 64, 0.1f, f, nullptr); },
                      "null");
+  test::expect_error(
+      [&] { attention(kv, f, 256, 1, 0, 4, 2, 64, 64, 0.1f, f, nullptr, AttentionMask{-1}); },
+      "window");
+  test::expect_error(
+      [&] {
+        attention(kv, f, 256, 1, 0, 4, 2, 64, 64, 0.1f, f, nullptr, 0, nullptr, nullptr,
+                  AttentionMask{-128, f});
+      },
+      "window");
   DeviceKvLayer nl = kv;  // a 4-bit type the cache does not offer
   nl.k_type = GgmlType::MXFP4;
   nl.k_row_bytes = 17 * 4;
