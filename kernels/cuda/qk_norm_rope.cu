@@ -2,6 +2,7 @@
 // its head (as rmsnorm.cu: the same thread count, so the same double sums), then rotates it.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -15,11 +16,18 @@ namespace {
 
 constexpr int kThreads = 128;  // rmsnorm.cu's: keeps the double sums in the same order
 
+// model::RopeYarn as the kernel takes it (on = false: today's plain angles); span is rope.cpp's
+// max(0.001, corr_high - corr_low), computed once on the host.
+struct YarnArgs {
+  bool on;
+  float freq_scale, ext_factor, mscale, corr_low, span;
+};
+
 // Grid: x = token, y = q heads, then k heads, then (with a store) v heads.
 __global__ void __launch_bounds__(kThreads)
     qk_norm_rope_kernel(QkHeads q, QkHeads k, int64_t head_dim, float eps, int64_t n_half,
                         int64_t pos0_host, const int32_t* device_pos0, float theta_scale,
-                        QkKvStoreF16 store) {
+                        QkKvStoreF16 store, YarnArgs yarn) {
   extern __shared__ float smem[];
   float* cs = smem;              // cos, sin of pair i at 2i, 2i+1
   float* y = smem + 2 * n_half;  // the normalised head
@@ -57,17 +65,35 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = threadIdx.x; i < n_half; i += kThreads) {
     float theta = pos;
     for (int64_t j = 0; j < i; ++j) theta = __fmul_rn(theta, theta_scale);
-    cs[2 * i] = cosf(theta);
-    cs[2 * i + 1] = sinf(theta);
+    if (!yarn.on) {
+      cs[2 * i] = cosf(theta);
+      cs[2 * i + 1] = sinf(theta);
+      continue;
+    }
+    // rope_angles_yarn's steps, each rounded on its own as the CPU computes them (no FMA).
+    const float theta_interp = __fmul_rn(yarn.freq_scale, theta);
+    float th = theta_interp;
+    if (yarn.ext_factor != 0.0f) {
+      const float r = __fdiv_rn(__fsub_rn(static_cast<float>(i), yarn.corr_low), yarn.span);
+      const float ramp = __fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, r)));
+      const float mix = __fmul_rn(ramp, yarn.ext_factor);
+      th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, mix)), __fmul_rn(theta, mix));
+    }
+    cs[2 * i] = __fmul_rn(cosf(th), yarn.mscale);
+    cs[2 * i + 1] = __fmul_rn(sinf(th), yarn.mscale);
   }
-  double sum = 0;
-  for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) {
-    const double d = v[i];
-    sum += d * d;
+  if (s.norm) {
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) {
+      const double d = v[i];
+      sum += d * d;
+    }
+    detail::rms_scale<kThreads>(sum, partial, &scale_s, head_dim, eps);
+    const float scale = scale_s;
+    for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) y[i] = v[i] * scale * s.norm[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) y[i] = v[i];  // RoPE only
   }
-  detail::rms_scale<kThreads>(sum, partial, &scale_s, head_dim, eps);
-  const float scale = scale_s;
-  for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) y[i] = v[i] * scale * s.norm[i];
   __syncthreads();
   for (int64_t i = threadIdx.x; i < head_dim; i += kThreads) {
     if (i < n_half) {
@@ -90,7 +116,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 void check_heads(const QkHeads& s, int64_t head_dim, const char* which) {
-  if (!s.x || !s.norm) throw Error(std::string("qk_norm_rope: null ") + which + " pointer");
+  if (!s.x) throw Error(std::string("qk_norm_rope: null ") + which + " pointer");
   if (s.n_head < 1 || s.row_stride < s.n_head * head_dim) {
     throw Error(std::string("qk_norm_rope: ") + which + " has " + std::to_string(s.n_head) +
                 " heads of " + std::to_string(head_dim) + " in rows of " +
@@ -102,7 +128,8 @@ void check_heads(const QkHeads& s, int64_t head_dim, const char* which) {
 
 void qk_norm_rope(const QkHeads& q, const QkHeads& k, int64_t n_tokens, int64_t head_dim, float eps,
                   int64_t n_rot, int64_t pos0, float freq_base, cudaStream_t stream,
-                  const int32_t* device_pos0, const QkKvStoreF16* store) {
+                  const int32_t* device_pos0, const QkKvStoreF16* store,
+                  const model::RopeYarn* yarn) {
   if (n_tokens < 0 || head_dim < 1 || head_dim > 4096 || pos0 < 0 || n_tokens > 0x7FFFFFFF) {
     throw Error("qk_norm_rope: invalid shape (n_tokens " + std::to_string(n_tokens) +
                 ", head_dim " + std::to_string(head_dim) + ", pos0 " + std::to_string(pos0) + ")");
@@ -135,10 +162,15 @@ void qk_norm_rope(const QkHeads& q, const QkHeads& k, int64_t n_tokens, int64_t 
   // The scale on the host with the same call as rope.cpp, so the angles match the CPU's.
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
   const int64_t n_half = n_rot / 2;
+  YarnArgs ya{};
+  if (yarn) {
+    ya = {true,         yarn->freq_scale, yarn->ext_factor,
+          yarn->mscale, yarn->corr_low,   std::max(0.001f, yarn->corr_high - yarn->corr_low)};
+  }
   const size_t smem = static_cast<size_t>(n_rot + head_dim) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_blocks_y));
   qk_norm_rope_kernel<<<grid, kThreads, smem, stream>>>(q, k, head_dim, eps, n_half, pos0,
-                                                        device_pos0, theta_scale, st);
+                                                        device_pos0, theta_scale, st, ya);
   MOE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -172,6 +172,120 @@ TEST(QkNormRopeCuda, FusedF16StoreEqualsKvStore) {
   }
 }
 
+// gpt-oss: no q/k norm (null gains: RoPE only) and YaRN angles, against the CPU's
+// rope_angles_yarn + rope_neox, at positions around and far past the original context, with and
+// without the fused f16 K/V store, at a host and at a device position.
+TEST(QkNormRopeCuda, YarnWithoutNormMatchesCpu) {
+  MOE_REQUIRE_GPU();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t H = 64, HK = 8, hd = 64, n_rot = 64;
+  const float base = 150000.0f;
+  const model::RopeYarn yarn =
+      model::rope_yarn_params(n_rot, base, 32.0f, 4096, 32.0f, 1.0f, 1.0f, /*yarn=*/true);
+  ASSERT_NE(yarn.mscale, 1.0f);  // the parameters do reach the YaRN path
+  ASSERT_LT(yarn.corr_low, yarn.corr_high);
+  const int64_t S = H * hd + HK * hd + HK * hd + 4;  // q, k, v side by side, and padding
+  struct Batch {
+    int64_t n, pos0;
+  };
+  for (const Batch b : {Batch{1, 0}, Batch{1, 1}, Batch{1, 4095}, Batch{1, 4096}, Batch{1, 100000},
+                        Batch{3, 4094}}) {
+    for (const bool with_store : {false, true}) {
+      for (const bool on_device : {false, true}) {
+        const std::string what = std::to_string(b.n) + " tokens at " + std::to_string(b.pos0) +
+                                 (with_store ? ", store" : "") +
+                                 (on_device ? ", device position" : "");
+        const int64_t n_ctx = b.pos0 + b.n + 2;
+        const auto rows = test::random_floats(b.n * S, rng);
+        const auto d = test::to_device(rows);
+        float* r = d.as<float>();
+        const auto dpos = test::to_device(std::vector<int32_t>{static_cast<int32_t>(b.pos0)});
+        const int32_t* dp = on_device ? dpos.as<int32_t>() : nullptr;
+        const size_t k_row = 2 * HK * hd, v_row = 2 * HK * hd;
+        cuda::DeviceBuffer kc(with_store ? k_row * static_cast<size_t>(n_ctx) : 0);
+        cuda::DeviceBuffer vc(with_store ? v_row * static_cast<size_t>(n_ctx) : 0);
+        const QkKvStoreF16 store{kc.get(), vc.get(), k_row, v_row, n_ctx, r + (H + HK) * hd, S, hd};
+        qk_norm_rope({r, S, H, nullptr}, {r + H * hd, S, HK, nullptr}, b.n, hd, 1e-6f, n_rot,
+                     on_device ? 0 : b.pos0, base, nullptr, dp, with_store ? &store : nullptr,
+                     &yarn);
+        const auto got = test::to_host<float>(d, rows.size());
+
+        // The CPU: angles per position, q and k heads rotated, everything else untouched.
+        std::vector<float> want = rows, cs(static_cast<size_t>(n_rot));
+        for (int64_t t = 0; t < b.n; ++t) {
+          model::rope_angles_yarn(b.pos0 + t, n_rot, base, yarn, cs.data());
+          model::rope_neox(want.data() + t * S, H + HK, hd, n_rot, cs.data());
+        }
+        int bad = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
+          // cosf/sinf may differ from glibc's by an ulp or two; the angles are identical.
+          if (!(e <= 2e-6 * std::fabs(want[i]) + 4e-6) && bad++ < 5) {
+            ADD_FAILURE() << what << ": [" << i << "] " << got[i] << " vs " << want[i];
+          }
+        }
+        // Not the plain angles: YaRN's rotation and scale differ from them.
+        std::vector<float> plain = rows;
+        model::rope_angles(b.pos0, n_rot, base, cs.data());
+        model::rope_neox(plain.data(), H + HK, hd, n_rot, cs.data());
+        double moved = 0;  // over token 0's first q head
+        for (int64_t i = 0; i < hd; ++i) moved += std::fabs(got[i] - plain[i]);
+        EXPECT_GT(moved, 1e-2) << what;
+        if (!with_store) continue;
+        // The stored rows are the k rows left in place and the given v rows, as kv_store writes.
+        DeviceKvLayer kv{};
+        kv.k_type = kv.v_type = GgmlType::F16;
+        kv.k_elems = kv.v_elems = HK * hd;
+        kv.k_row_bytes = k_row;
+        kv.v_row_bytes = v_row;
+        kv.n_ctx = n_ctx;
+        cuda::DeviceBuffer kc2(kc.size()), vc2(vc.size());
+        kv.k = kc2.get();
+        kv.v = vc2.get();
+        kv_store(kv, r + H * hd, r + (H + HK) * hd, b.n, b.pos0, nullptr, nullptr, S, S);
+        const size_t from = k_row * static_cast<size_t>(b.pos0);
+        const size_t bytes = k_row * static_cast<size_t>(b.n);
+        const auto k1 = test::to_host<uint8_t>(kc, kc.size()),
+                   k2 = test::to_host<uint8_t>(kc2, kc.size());
+        const auto v1 = test::to_host<uint8_t>(vc, vc.size()),
+                   v2 = test::to_host<uint8_t>(vc2, vc.size());
+        EXPECT_EQ(std::memcmp(k1.data() + from, k2.data() + from, bytes), 0) << what;
+        EXPECT_EQ(std::memcmp(v1.data() + from, v2.data() + from, bytes), 0) << what;
+      }
+    }
+  }
+}
+
+// Null gains leave a side un-normalised: RoPE alone, bit for bit the rope_neox kernel's; and the
+// identity YaRN (freq_scale 1, no ramp, mscale 1) gives the plain angles' bits. One side may keep
+// its norm.
+TEST(QkNormRopeCuda, NullNormIsRopeAlone) {
+  MOE_REQUIRE_GPU();
+  std::mt19937 rng(std::random_device{}());
+  const int64_t n = 5, H = 8, HK = 2, hd = 128, n_rot = 64, pos0 = 777;
+  const float base = 1e6f;
+  const int64_t qs = H * hd + 8, ks = HK * hd;
+  const auto q = test::random_floats(n * qs, rng), k = test::random_floats(n * ks, rng);
+  const auto kw = test::random_floats(hd, rng);
+  const auto dkw = test::to_device(kw);
+  const model::RopeYarn identity{};
+  for (const model::RopeYarn* y : {static_cast<const model::RopeYarn*>(nullptr), &identity}) {
+    const auto dq = test::to_device(q), dk = test::to_device(k);
+    const auto dq2 = test::to_device(q), dk2 = test::to_device(k);
+    qk_norm_rope({dq.as<float>(), qs, H, nullptr}, {dk.as<float>(), ks, HK, dkw.as<float>()}, n, hd,
+                 1e-6f, n_rot, pos0, base, nullptr, nullptr, nullptr, y);
+    rope_neox(dq2.as<float>(), n, qs, H, hd, n_rot, pos0, base, nullptr);
+    rmsnorm(dk2.as<float>(), dkw.as<float>(), dk2.as<float>(), n * HK, hd, 1e-6f, nullptr);
+    rope_neox(dk2.as<float>(), n, ks, HK, hd, n_rot, pos0, base, nullptr);
+    const std::string what = y ? "identity yarn" : "no yarn";
+    EXPECT_EQ(test::to_host<float>(dq, q.size()), test::to_host<float>(dq2, q.size())) << what;
+    EXPECT_EQ(test::to_host<float>(dk, k.size()), test::to_host<float>(dk2, k.size())) << what;
+    EXPECT_NE(test::to_host<float>(dq, q.size()), q) << what;  // it did rotate
+  }
+}
+
 TEST(QkNormRopeCuda, RejectsBadArguments) {
   float dummy = 0;
   const QkHeads q{&dummy, 128, 1, &dummy}, k{&dummy, 128, 1, &dummy};
