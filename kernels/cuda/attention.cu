@@ -7,7 +7,10 @@
 // (decode), the positions are split into ranges over grid.z and a merge kernel combines the
 // partial (m, l, acc) of each query. Prompt batches on sm_80+ take the tensor-core kernel of
 // attention_mma.cu instead, and decode steps (at most 8 query rows per KV head) the register
-// kernel of attention_decode.cu; both share the splits and the merge.
+// kernel of attention_decode.cu; both share the splits and the merge. gpt-oss's AttentionMask:
+// every kernel masks each row to its window and the splits start at the batch's first visible
+// position (attention_args.cuh's split_first); a sink enters once, in the merge or in the
+// single-slice epilogue (sink_norm).
 #include <algorithm>
 #include <array>
 #include <atomic>
