@@ -34,13 +34,15 @@ void RoutedExpertsGpu::run_device_split(int64_t l, int64_t n, const float* xn,
   join_runner();
   const void* const* table = residency_->synced_table(l, stream);
   if (n == 1 && cuda::router_decode_supported(router.type)) {
-    cuda::router_decode(
-        router, xn, K,
-        {rlogits, dr_.probs, dr_.ids, dr_.weights, table, dr_.gate, dr_.up, dr_.down, dr_.counter},
-        stream);
+    cuda::RouterDecodeOut ro{rlogits,  dr_.probs, dr_.ids,  dr_.weights, table,
+                             dr_.gate, dr_.up,    dr_.down, dr_.counter};
+    ro.bias = router_bias(l);
+    ro.softmax_weight = softmax_weight();
+    cuda::router_decode(router, xn, K, ro, stream);
   } else {
     cuda::matmul(router, xn, n, rlogits, stream);
-    cuda::router_topk(rlogits, n, X, K, dr_.probs, dr_.ids, dr_.weights, stream);
+    add_router_bias(l, rlogits, n, stream);
+    cuda::router_topk(rlogits, n, X, K, dr_.probs, dr_.ids, dr_.weights, stream, softmax_weight());
     cuda::gather_expert_pointers(dr_.ids, n * K, table, X, dr_.gate, dr_.up, dr_.down, stream);
   }
   const uint32_t seq = ++route_seq_;

@@ -17,7 +17,9 @@
 #include "coordinator/residency/routing_profile.h"
 #include "experts/cpu_expert_executor.h"
 #include "experts/tensor_table.h"
+#include "kernels/cpu/activations.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/expert_lists.h"
 #include "kernels/cuda/expert_matmul.h"
 #include "kernels/cuda/matmul.h"
@@ -44,9 +46,22 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
                                    std::unique_ptr<model::ExpertExecutor> cpu_experts,
                                    const GpuOptions& opt, uint64_t other_bytes)
     : budget_(budget), exec_(exec), pool_(pool), cfg_(cfg) {
-  const int64_t E = cfg.n_embd, X = cfg.n_expert, F = cfg.n_ff_exp;
+  const int64_t X = cfg.n_expert;
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    tensors_.push_back(model::require_expert_tensors(f, l, E, F, X));
+    tensors_.push_back(model::require_layer_experts(f, cfg, l));
+  }
+  // Before the pool is sized: the biases are dense weights in VRAM, not slot contents.
+  if (cfg.expert_bias) {
+    for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      const model::ExpertLayerTensors& t = tensors_[static_cast<size_t>(l)];
+      LayerBiases b;
+      b.router = upload_vector(
+          budget, model::require_tensor(f, "blk." + std::to_string(l) + ".ffn_gate_inp.bias", {X}));
+      b.gate = upload_vector(budget, *t.gate_bias);
+      b.up = upload_vector(budget, *t.up_bias);
+      b.down = upload_vector(budget, *t.down_bias);
+      biases_.push_back(std::move(b));
+    }
   }
   // Expert homes: -cmoe all on the CPU, -ncmoe N the first N layers, else all in VRAM.
   std::vector<bool> gpu_home(static_cast<size_t>(cfg.n_layer));
@@ -219,8 +234,8 @@ void RoutedExpertsGpu::reserve(int64_t n) {
   scratch(d_u_, N * K * F, "scratch up");
   scratch(d_h_, N * K * F, "scratch swiglu");
   scratch(d_y_, N * K * E, "scratch expert out");
-  // Expert lists: 3 pointers per group, 6 ints per item, 2 offset arrays, alignment slack.
-  const size_t meta = 3 * sizeof(void*) * X + (6 * N * K + N + X + 2) * 4 + 256;
+  // Expert lists: 3 pointers per group, 7 ints per item, 2 offset arrays, alignment slack.
+  const size_t meta = 3 * sizeof(void*) * X + (7 * N * K + N + X + 2) * 4 + 256;
   scratch(d_meta_, meta / sizeof(float) + 1, "scratch expert lists");
   h_xn_.reserve(N * E * sizeof(float));
   h_cpu_out_.reserve(N * E * sizeof(float));
@@ -246,18 +261,23 @@ bool RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const cuda::De
   // One decoding token routed on the device: logits, top-k and expert pointers in one launch.
   const bool fused_router = on_device && n == 1 && cuda::router_decode_supported(router.type);
   // Enqueued before the host may wait below, so the GPU need not idle for it.
-  if (!fused_router) cuda::matmul(router, xn, n, rlogits, stream);
+  if (!fused_router) {
+    cuda::matmul(router, xn, n, rlogits, stream);
+    add_router_bias(l, rlogits, n, stream);
+  }
   // The previous layer's CPU share: its buffers are reused below, and its error surfaces here.
   join_runner();
   if (on_device) {
     if (fused_router) {
-      cuda::router_decode(router, xn, cfg_.n_expert_used,
-                          {rlogits, dr_.probs, dr_.ids, dr_.weights, residency_->device_table(l),
-                           dr_.gate, dr_.up, dr_.down, dr_.counter},
-                          stream);
+      cuda::RouterDecodeOut ro{
+          rlogits,  dr_.probs, dr_.ids,  dr_.weights, residency_->device_table(l),
+          dr_.gate, dr_.up,    dr_.down, dr_.counter};
+      ro.bias = router_bias(l);
+      ro.softmax_weight = softmax_weight();
+      cuda::router_decode(router, xn, cfg_.n_expert_used, ro, stream);
     } else {
       cuda::router_topk(rlogits, n, cfg_.n_expert, cfg_.n_expert_used, dr_.probs, dr_.ids,
-                        dr_.weights, stream);
+                        dr_.weights, stream, softmax_weight());
       cuda::gather_expert_pointers(dr_.ids, n * cfg_.n_expert_used, residency_->device_table(l),
                                    cfg_.n_expert, dr_.gate, dr_.up, dr_.down, stream);
     }
@@ -299,7 +319,7 @@ bool RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const cuda::De
   }
   const auto t0 = std::chrono::steady_clock::now();
   model::route_batch(hl, n, X, K, l, pos0, hooks, forced_.data(), rprobs_.data(), rids_.data(),
-                     rweights_.data(), &pool_);
+                     rweights_.data(), &pool_, cfg_.gating);
   run_split(l, n, xn, out, stream);
   route_host_us_ +=
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -367,7 +387,8 @@ void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn) 
   float* dg = d_g_.as<float>();
   float* du = d_u_.as<float>();
   float* dh = d_h_.as<float>();
-  if (cuda::fused_gate_up_supported(et.gate.type(), et.up.type(), E) &&
+  if (cfg_.expert_act == model::ExpertActivation::SiluGlu && biases_.empty() &&
+      cuda::fused_gate_up_supported(et.gate.type(), et.up.type(), E) &&
       et.gate.row_bytes == et.up.row_bytes) {
     batch_.grouped_gate_up_swiglu(et.gate.type(), E, F, et.gate.row_bytes, dr_.gate, dr_.up,
                                   dr_.ident, ig, dr_.x_rows, xn, E, dh);
@@ -376,10 +397,44 @@ void RoutedExpertsGpu::compute_items(int64_t l, int64_t items, const float* xn) 
                           dr_.x_rows, items, 1, xn, E, dg);
     batch_.grouped_matmul(et.up.type(), E, F, et.up.row_bytes, dr_.up, dr_.ident, ig, dr_.x_rows,
                           items, 1, xn, E, du);
-    batch_.swiglu(dg, du, dh, items * F);
+    record_activation(l, dg, du, dh, items, dr_.ids);
   }
   batch_.grouped_matmul(et.down.type(), F, E, et.down.row_bytes, dr_.down, dr_.ident, ig, dr_.ident,
                         items, 1, dh, F, d_y_.as<float>());
+  record_down_bias(l, d_y_.as<float>(), items, dr_.ids);
+}
+
+void RoutedExpertsGpu::record_activation(int64_t l, float* dg, float* du, float* dh, int64_t rows,
+                                         const int32_t* row_expert) {
+  const int64_t F = cfg_.n_ff_exp;
+  if (cfg_.expert_act == model::ExpertActivation::SiluGlu && biases_.empty()) {
+    batch_.swiglu(dg, du, dh, rows * F);
+    return;
+  }
+  if (cfg_.expert_act != model::ExpertActivation::SwigluOai) {
+    throw Error("GPU experts: this expert activation takes no biases");
+  }
+  const LayerBiases* b = biases_.empty() ? nullptr : &biases_[static_cast<size_t>(l)];
+  batch_.swiglu_oai(dg, du, dh, rows, F, b ? row_expert : nullptr,
+                    b ? b->gate.as<float>() : nullptr, b ? b->up.as<float>() : nullptr,
+                    cfg_.n_expert, model::kSwigluOaiAlpha, model::kSwigluOaiLimit);
+}
+
+void RoutedExpertsGpu::record_down_bias(int64_t l, float* dy, int64_t rows,
+                                        const int32_t* row_expert) {
+  if (biases_.empty()) return;
+  batch_.add_expert_bias(dy, rows, cfg_.n_embd, row_expert,
+                         biases_[static_cast<size_t>(l)].down.as<float>(), cfg_.n_expert);
+}
+
+const float* RoutedExpertsGpu::router_bias(int64_t l) const {
+  return biases_.empty() ? nullptr : biases_[static_cast<size_t>(l)].router.as<float>();
+}
+
+void RoutedExpertsGpu::add_router_bias(int64_t l, float* rlogits, int64_t n, cudaStream_t stream) {
+  if (const float* b = router_bias(l)) {
+    cuda::add_bias(rlogits, n, cfg_.n_expert, cfg_.n_expert, b, stream);
+  }
 }
 
 std::string RoutedExpertsGpu::summary() const {

@@ -119,6 +119,17 @@ class RoutedExpertsGpu {
   // Records into batch_ gate, up, SwiGLU and down of `items` items of one token row each (item i
   // reads row dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.
   void compute_items(int64_t layer, int64_t items, const float* xn);
+  // Records the experts' activation of `rows` gate/up rows into dh: SwiGLU, or gpt-oss's
+  // SwiGLU-OAI with the experts' gate/up biases (row r computed by expert row_expert[r], a device
+  // list); then, after the down projection, its bias (nothing without biases).
+  void record_activation(int64_t layer, float* dg, float* du, float* dh, int64_t rows,
+                         const int32_t* row_expert);
+  void record_down_bias(int64_t layer, float* dy, int64_t rows, const int32_t* row_expert);
+  // gpt-oss's router bias of a layer in VRAM, null for the other architectures; the logits of
+  // `n` tokens in rlogits get it added (router_decode adds it itself).
+  const float* router_bias(int64_t layer) const;
+  void add_router_bias(int64_t layer, float* rlogits, int64_t n, cudaStream_t stream);
+  bool softmax_weight() const { return cfg_.gating == model::ExpertGating::SoftmaxWeight; }
   // Hands batch_ to the executor after the work enqueued on `stream` so far, and empties it.
   void submit(cudaStream_t stream);
   // The machine's rates for the decode split (routed_experts_calibration.cpp): loaded from the
@@ -139,10 +150,11 @@ class RoutedExpertsGpu {
     const void** gate = nullptr;
     const void** up = nullptr;
     const void** down = nullptr;
-    int32_t* offsets = nullptr;  // group g's rows: offsets[g] .. offsets[g + 1] - 1
-    int32_t* x_rows = nullptr;   // the token row each row reads
-    int32_t* ident = nullptr;    // 0, 1, 2, ...: the down projection writes row i to row i
-    int32_t* tok_off = nullptr;  // token t's entries of rows / weights start at tok_off[t]
+    int32_t* offsets = nullptr;     // group g's rows: offsets[g] .. offsets[g + 1] - 1
+    int32_t* x_rows = nullptr;      // the token row each row reads
+    int32_t* row_expert = nullptr;  // the expert each row computes (its biases)
+    int32_t* ident = nullptr;       // 0, 1, 2, ...: the down projection writes row i to row i
+    int32_t* tok_off = nullptr;     // token t's entries of rows / weights start at tok_off[t]
     int32_t* rows = nullptr;
     float* weights = nullptr;
     int32_t n_resident = 0;  // groups of experts with a VRAM copy, before the streamed ones
@@ -191,6 +203,12 @@ class RoutedExpertsGpu {
   KernelBatch batch_;      // expert launches recorded, not yet submitted
   const model::ModelConfig& cfg_;
   std::vector<model::ExpertLayerTensors> tensors_;
+  // gpt-oss: per layer the router's bias and the experts' gate, up and down biases (every expert's,
+  // whichever side computes it), f32 in VRAM; empty for the qwen architectures.
+  struct LayerBiases {
+    VramBuffer router, gate, up, down;
+  };
+  std::vector<LayerBiases> biases_;
   std::unique_ptr<ExpertResidency> residency_;
   std::unique_ptr<model::ExpertExecutor> cpu_experts_;
 

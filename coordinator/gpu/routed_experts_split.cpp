@@ -159,6 +159,7 @@ RoutedExpertsGpu::SplitLists RoutedExpertsGpu::write_split_lists(int64_t l, int6
   s.down = w.take<const void*>(s.n_groups);
   s.offsets = w.take<int32_t>(s.n_groups + 1);
   s.x_rows = w.take<int32_t>(total);
+  s.row_expert = w.take<int32_t>(total);
   s.ident = w.take<int32_t>(total);
   s.tok_off = w.take<int32_t>(n + 1);
   s.rows = w.take<int32_t>(total);
@@ -191,6 +192,7 @@ RoutedExpertsGpu::SplitLists RoutedExpertsGpu::write_split_lists(int64_t l, int6
       if (e < 0) continue;
       const int32_t row = next_row_[static_cast<size_t>(e)]++;
       s.x_rows[row] = static_cast<int32_t>(t);
+      s.row_expert[row] = e;
       s.rows[k] = row;
       s.weights[k] = rweights_[static_cast<size_t>(t * K + j)];
       ++k;
@@ -217,6 +219,7 @@ void RoutedExpertsGpu::run_gpu_share(int64_t l, int64_t n, const float* xn, floa
   const auto* d_off = reinterpret_cast<const int32_t*>(dev(s.offsets));
   const auto* d_xrows = reinterpret_cast<const int32_t*>(dev(s.x_rows));
   const auto* d_ident = reinterpret_cast<const int32_t*>(dev(s.ident));
+  const auto* d_rowexp = reinterpret_cast<const int32_t*>(dev(s.row_expert));
   const auto* d_wg = reinterpret_cast<const void* const*>(dev(s.gate));
   const auto* d_wu = reinterpret_cast<const void* const*>(dev(s.up));
   const auto* d_wd = reinterpret_cast<const void* const*>(dev(s.down));
@@ -240,9 +243,10 @@ void RoutedExpertsGpu::run_gpu_share(int64_t l, int64_t n, const float* xn, floa
                           d_xrows, n_rows, max_rows, xn, E, dg);
     batch_.grouped_matmul(et.up.type(), E, F, et.up.row_bytes, d_wu + g0, d_off + g0, g1 - g0,
                           d_xrows, n_rows, max_rows, xn, E, du);
-    batch_.swiglu(dg + r0 * F, du + r0 * F, dh + r0 * F, n_rows * F);
+    record_activation(l, dg + r0 * F, du + r0 * F, dh + r0 * F, n_rows, d_rowexp + r0);
     batch_.grouped_matmul(et.down.type(), F, E, et.down.row_bytes, d_wd + g0, d_off + g0, g1 - g0,
                           d_ident, n_rows, max_rows, dh, F, dy);
+    record_down_bias(l, dy + r0 * E, n_rows, d_rowexp + r0);
   };
   MOE_CUDA_CHECK(cudaEventRecord(gpu_t0_->get(), stream));
   compute(0, s.n_resident);

@@ -67,7 +67,25 @@ void KernelBatch::combine_rmsnorm(const float* y, const float* weights, int64_t 
   KernelCall c{.op = KernelOp::CombineRmsnorm};
   c.i[0] = k, c.i[1] = n;
   c.p[0] = y, c.p[1] = weights, c.p[2] = x, c.p[3] = w, c.p[4] = out;
-  c.f = eps;
+  c.f[0] = eps;
+  calls_.push_back(c);
+}
+
+void KernelBatch::swiglu_oai(const float* g, const float* u, float* h, int64_t n_rows, int64_t n_ff,
+                             const int32_t* row_expert, const float* gate_bias,
+                             const float* up_bias, int64_t n_expert, float alpha, float limit) {
+  KernelCall c{.op = KernelOp::SwigluOai};
+  c.i[0] = n_rows, c.i[1] = n_ff, c.i[2] = n_expert;
+  c.p[0] = g, c.p[1] = u, c.p[2] = h, c.p[3] = row_expert, c.p[4] = gate_bias, c.p[5] = up_bias;
+  c.f[0] = alpha, c.f[1] = limit;
+  calls_.push_back(c);
+}
+
+void KernelBatch::add_expert_bias(float* y, int64_t n_rows, int64_t width,
+                                  const int32_t* row_expert, const float* bias, int64_t n_expert) {
+  KernelCall c{.op = KernelOp::AddExpertBias};
+  c.i[0] = n_rows, c.i[1] = width, c.i[2] = n_expert;
+  c.p[0] = y, c.p[1] = row_expert, c.p[2] = bias;
   calls_.push_back(c);
 }
 
@@ -97,7 +115,16 @@ void KernelBatch::replay(cudaStream_t stream) const {
         break;
       case KernelOp::CombineRmsnorm:
         cuda::combine_rmsnorm(in<float>(c.p[0]), in<float>(c.p[1]), c.i[0], mut<float>(c.p[2]),
-                              in<float>(c.p[3]), mut<float>(c.p[4]), c.i[1], c.f, stream);
+                              in<float>(c.p[3]), mut<float>(c.p[4]), c.i[1], c.f[0], stream);
+        break;
+      case KernelOp::SwigluOai:
+        cuda::swiglu_oai(in<float>(c.p[0]), in<float>(c.p[1]), mut<float>(c.p[2]), c.i[0], c.i[1],
+                         in<int32_t>(c.p[3]), in<float>(c.p[4]), in<float>(c.p[5]), c.i[2], c.f[0],
+                         c.f[1], stream);
+        break;
+      case KernelOp::AddExpertBias:
+        cuda::add_expert_bias(mut<float>(c.p[0]), c.i[0], c.i[1], in<int32_t>(c.p[1]),
+                              in<float>(c.p[2]), c.i[2], stream);
         break;
     }
   }
@@ -108,7 +135,7 @@ KernelBatch KernelBatch::from(std::span<const KernelCall> calls) {
   for (const KernelCall& c : calls) {
     const auto op = static_cast<uint32_t>(c.op);
     if (op < static_cast<uint32_t>(KernelOp::GroupedGateUpSwiglu) ||
-        op > static_cast<uint32_t>(KernelOp::CombineRmsnorm)) {
+        op > static_cast<uint32_t>(KernelOp::AddExpertBias)) {
       throw Error("kernel batch: unknown kernel op " + std::to_string(op));
     }
     if (!ggml_type_info(c.type)) {

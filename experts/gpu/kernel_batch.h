@@ -21,7 +21,9 @@ enum class KernelOp : uint32_t {
   GroupedMatmul,
   Swiglu,
   CombineRows,
-  CombineRmsnorm
+  CombineRmsnorm,
+  SwigluOai,
+  AddExpertBias
 };
 
 // One launch; which fields mean what is per op (see KernelBatch's recorders).
@@ -30,7 +32,7 @@ struct KernelCall {
   uint32_t type = 0;      // GgmlType of the weights
   int64_t i[8] = {};      // sizes and counts
   const void* p[8] = {};  // device pointers
-  float f = 0;
+  float f[2] = {};
 };
 static_assert(std::is_trivially_copyable_v<KernelCall>);
 
@@ -51,6 +53,11 @@ class KernelBatch {
                     float* out);
   void combine_rmsnorm(const float* y, const float* weights, int64_t k, float* x, const float* w,
                        float* out, int64_t n, float eps);
+  void swiglu_oai(const float* g, const float* u, float* h, int64_t n_rows, int64_t n_ff,
+                  const int32_t* row_expert, const float* gate_bias, const float* up_bias,
+                  int64_t n_expert, float alpha, float limit);
+  void add_expert_bias(float* y, int64_t n_rows, int64_t width, const int32_t* row_expert,
+                       const float* bias, int64_t n_expert);
 
   // Launches every call on `stream`, in order.
   void replay(cudaStream_t stream) const;

@@ -12,7 +12,10 @@ inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // gpt-oss's expert GLU (ggml_swiglu_oai with llama.cpp's alpha 1.702 and limit 7): the gate is
 // clamped from above, the linear part from both sides and shifted by one.
-inline float swiglu_oai(float g, float u, float alpha = 1.702f, float limit = 7.0f) {
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
+inline float swiglu_oai(float g, float u, float alpha = kSwigluOaiAlpha,
+                        float limit = kSwigluOaiLimit) {
   const float x = std::min(g, limit);
   const float y = std::clamp(u, -limit, limit);
   return x / (1.0f + std::exp(alpha * (-x))) * (y + 1.0f);
