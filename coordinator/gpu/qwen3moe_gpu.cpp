@@ -26,8 +26,6 @@ Qwen3MoeGpu::Qwen3MoeGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
     throw Error(cfg_.arch + ".rope.dimension_count: qwen3moe rotates the whole head (" +
                 std::to_string(hk) + "), found " + std::to_string(cfg_.n_rot));
   }
-  d_pos_ = budget_.allocate(sizeof(int32_t), VramUse::Scratch, "decode position");
-  h_pos_.reserve(sizeof(int32_t));
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -155,42 +153,24 @@ void Qwen3MoeGpu::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates:
   float* xn = this->xn();
   // The step's inputs enter outside the graph: its embedding row and its position.
   io_->embed(std::span<const int32_t>(&token, 1), x, stream_);
-  *h_pos_.get<int32_t>() = static_cast<int32_t>(pos0);
-  MOE_CUDA_CHECK(cudaMemcpyAsync(d_pos_.get(), h_pos_.get(), sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, stream_));
-
-  DecodeGraph* g = nullptr;
-  for (auto& c : graphs_) {
-    if (c->slot == &seq) g = c.get();
-  }
-  if (!g) {
-    g = graphs_.emplace_back(std::make_unique<DecodeGraph>()).get();
-    g->slot = &seq;
-  }
-  const auto* pos = d_pos_.as<int32_t>();
-  if (!g->graph.ready() || g->slot_generation != seq.generation() ||
-      g->scratch_epoch != scratch_epoch_ || g->attention_ws != d_attn_ws_.get()) {
-    g->graph.reset();
-    // The attention scratch for any position, grown before recording (no allocation may happen
-    // inside a capture); a graph that is kept was recorded with it at least this large.
+  const auto prepare = [&] {
+    // The attention scratch for any position: a graph that is kept was recorded with it at least
+    // this large.
     size_t ws = 0;
     for (const Layer& L : layers_) {
       ws = std::max(ws, attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv}, 1, pos0, true));
     }
     if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
-    // Recording runs the host side of every layer once (the experts' accounting included).
-    g->graph.capture(stream_, [&] {
-      const SequenceRows rows{0, 1, pos0, &seq};
-      enqueue_layers(std::span<const SequenceRows>(&rows, 1), pos, nullptr);
-      io_->head_row(x, xn, stream_);
-    });
-    g->slot_generation = seq.generation();
-    g->scratch_epoch = scratch_epoch_;
-    g->attention_ws = d_attn_ws_.get();
-  } else {
+  };
+  // Recording runs the host side of every layer once (the experts' accounting included).
+  const auto record = [&] {
+    const SequenceRows rows{0, 1, pos0, &seq};
+    enqueue_layers(std::span<const SequenceRows>(&rows, 1), graphs_.device_pos(), nullptr);
+    io_->head_row(x, xn, stream_);
+  };
+  if (!graphs_.launch(pos0, seq, scratch_epoch_, d_attn_ws_, stream_, prepare, record)) {
     experts_->count_device_step(1);
   }
-  g->graph.launch(stream_);
   io_->copy_head_row(logits, stream_);
 }
 

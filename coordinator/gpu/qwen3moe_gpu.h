@@ -7,9 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/gpu/cuda_graph.h"
+#include "coordinator/gpu/decode_graphs.h"
 #include "coordinator/gpu/gpu_forward.h"
-#include "coordinator/gpu/pinned_buffer.h"
 #include "kernels/cuda/device_matrix.h"
 
 namespace moe::gpu {
@@ -33,16 +32,6 @@ class Qwen3MoeGpu final : public GpuForward {
     cuda::DeviceMatrix wqkv, wk, wv, wo, router;
     int64_t n_head = 0, n_head_kv = 0;
   };
-  // A decode step replayed from a CUDA graph, and what it was recorded against: a graph holds
-  // device addresses, so a change of the sequence's buffers or of the scratch records it again.
-  struct DecodeGraph {
-    CudaGraph graph;
-    const GpuSequenceStates::Slot* slot = nullptr;
-    uint64_t slot_generation = 0;
-    uint64_t scratch_epoch = 0;
-    const void* attention_ws = nullptr;  // an eager step may move it without an epoch
-  };
-
   void reserve_layers(int64_t n_tokens) override;
   std::string dense_summary() const override;
   void enqueue_layers(std::span<const SequenceRows> seqs,
@@ -65,10 +54,7 @@ class Qwen3MoeGpu final : public GpuForward {
   VramBuffer d_qkv_, d_k_, d_v_, d_attn_, d_tmp_, d_rlogits_, d_attn_ws_;
   uint64_t scratch_epoch_ = 0;  // bumped whenever a scratch buffer moves
 
-  // Decode graphs, one per sequence slot; the position they read comes from d_pos_.
-  std::vector<std::unique_ptr<DecodeGraph>> graphs_;
-  VramBuffer d_pos_;
-  PinnedBuffer h_pos_;
+  DecodeGraphs graphs_{budget_};  // one per sequence slot
 };
 
 }  // namespace moe::gpu
