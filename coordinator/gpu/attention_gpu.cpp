@@ -11,7 +11,7 @@ namespace moe::gpu {
 void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::DeviceKvLayer& kv,
             const Projections& p, const float* q_norm, const float* k_norm, int64_t n, int64_t pos0,
             VramBudget& budget, VramBuffer& workspace, float* out, cudaStream_t stream,
-            const int32_t* device_pos0) {
+            const int32_t* device_pos0, const AttentionOptions& opt) {
   const int64_t H = heads.n_head, HK = heads.n_head_kv, hk = cfg.head_dim_k, hv = cfg.head_dim_v;
   // An f16 cache (the default) is written by the norm + RoPE launch itself; others by kv_store.
   const bool f16 = kv.k_type == GgmlType::F16 && kv.v_type == GgmlType::F16 &&
@@ -20,7 +20,7 @@ void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::Dev
                                  kv.n_ctx, p.v,  p.v_stride,     hv};
   cuda::qk_norm_rope({p.q, p.q_stride, H, q_norm}, {p.k, p.k_stride, HK, k_norm}, n, hk,
                      cfg.rms_eps, cfg.n_rot, pos0, cfg.rope_freq_base, stream, device_pos0,
-                     f16 ? &store : nullptr);
+                     f16 ? &store : nullptr, opt.yarn);
   // A rotated cache holds H·k and H·v: the query is rotated alike (q·k unchanged), and the output
   // rotated back below (H is its own inverse). The projections are scratch, rotated in place.
   if (kv.k_rot > 0) {
@@ -34,7 +34,7 @@ void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::Dev
   if (ws > 0) grow_scratch(budget, workspace, (ws + 3) / 4, "attention scratch");
   cuda::attention(kv, p.q, p.q_stride, n, pos0, H, HK, hk, hv,
                   1.0f / std::sqrt(static_cast<float>(hk)), out, ws > 0 ? workspace.get() : nullptr,
-                  ws, stream, device_pos0);
+                  ws, stream, device_pos0, opt.mask);
   if (kv.v_rot > 0) cuda::hadamard_rows(out, n, H * hv, H * hv, kv.v_rot, stream);
 }
 

@@ -10,6 +10,7 @@
 #ifdef MOE_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "coordinator/gpu/gpt_oss_gpu.h"
 #include "coordinator/gpu/qwen35moe_gpu.h"
 #include "coordinator/gpu/qwen3moe_gpu.h"
 #endif
@@ -74,11 +75,6 @@ std::unique_ptr<model::ModelArch> create_model(const gguf::GgufFile& file, cpu::
     if (placement) *placement = "CPU: every layer and expert on the CPU (-ngl 0)";
     return m;
   }
-  // Refused before anything touches CUDA: the GPU forwards have no sinks, windows, YaRN or
-  // biased SwiGLU-OAI experts yet.
-  if (file.require_string("general.architecture") == "gpt-oss") {
-    throw Error("gpt-oss runs on the CPU only for now: use -ngl 0");
-  }
 #ifdef MOE_HAVE_CUDA
   const std::string_view arch = file.require_string("general.architecture");
   if (arch == "qwen3moe") {
@@ -91,8 +87,13 @@ std::unique_ptr<model::ModelArch> create_model(const gguf::GgufFile& file, cpu::
     if (placement) *placement = m->describe();
     return m;
   }
-  throw Error("-ngl: the GPU path supports qwen3moe and qwen35moe, not '" + std::string(arch) +
-              "' (use -ngl 0)");
+  if (arch == "gpt-oss") {
+    auto m = std::make_unique<GptOssGpu>(file, pool, std::move(experts), opt);
+    if (placement) *placement = m->describe();
+    return m;
+  }
+  throw Error("-ngl: the GPU path supports qwen3moe, qwen35moe and gpt-oss, not '" +
+              std::string(arch) + "' (use -ngl 0)");
 #else
   throw std::logic_error("unreachable: no_gpu_reason() names the missing CUDA support");
 #endif
