@@ -48,7 +48,8 @@ ExpertResidency::ExpertResidency(VramBudget& budget,
                                  const std::vector<model::ExpertLayerTensors>& layers,
                                  const std::vector<bool>& gpu_home, int64_t n_expert,
                                  uint64_t pool_bytes, model::Grouping grouping)
-    : layers_(layers),
+    : budget_(budget),
+      layers_(layers),
       gpu_home_(gpu_home),
       n_expert_(n_expert),
       policy_(cpu_layers(gpu_home), n_expert,
@@ -159,6 +160,35 @@ ResidentExpert ExpertResidency::stage(int64_t layer, int64_t expert, unsigned ch
   MOE_CUDA_CHECK(cudaMemcpyAsync(dst + lay.down, t.down.data(expert), t.down.expert_bytes(),
                                  cudaMemcpyHostToDevice, stream));
   return slot_view(layer, dst);
+}
+
+int64_t ExpertResidency::reshape(uint64_t pool_bytes, model::Grouping g) {
+  const int64_t slots = pool_slots_for(layers_, gpu_home_, n_expert_, pool_bytes);
+  // Empty first: every resident expert goes back to the CPU, the old pool back to the budget.
+  for (int64_t s = 0; s < n_slots_; ++s) assign(s, -1);
+  policy_.reshape(0, g);
+  slot_owner_.clear();
+  n_slots_ = 0;
+  pool_ = VramBuffer{};
+  if (slots == 0) return 0;
+  pool_ = budget_.allocate(static_cast<size_t>(slots) * slot_bytes_, VramUse::Pool,
+                           "resident expert pool (" + std::to_string(slots) + " slots)");
+  policy_.reshape(slots, g);
+  slot_owner_.assign(static_cast<size_t>(slots), -1);
+  n_slots_ = slots;
+  return refill();
+}
+
+std::pair<int64_t, int64_t> ExpertResidency::resident_and_direct(int64_t layer) const {
+  int64_t resident = 0, in_place = 0;
+  for (int64_t e = 0; e < n_expert_; ++e) {
+    if (find(layer, e) != nullptr) {
+      ++resident;
+    } else if (direct(layer, e)) {
+      ++in_place;
+    }
+  }
+  return {resident, in_place};
 }
 
 int64_t ExpertResidency::pool_filled() const {

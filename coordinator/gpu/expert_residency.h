@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/gpu/vram_budget.h"
@@ -117,8 +118,17 @@ class ExpertResidency {
   ResidentExpert chunk_view(int64_t layer, unsigned char* chunk, int64_t capacity,
                             int64_t at) const;
 
+  // A pool of `pool_bytes` grouped as `g` instead (SetExpertPolicy, between forwards): the old
+  // pool's VRAM goes back to the budget first, the new one is allocated and filled with the
+  // hottest experts by refill() (the scores stay). Returns how many experts were copied. On a
+  // failed allocation the pool is left empty (no slots) and the error is rethrown.
+  int64_t reshape(uint64_t pool_bytes, model::Grouping g);
+  model::Grouping grouping() const { return policy_.grouping(); }
   int64_t pool_slots() const { return n_slots_; }
+  uint64_t pool_bytes() const { return slot_bytes_ * static_cast<uint64_t>(n_slots_); }
   int64_t pool_filled() const;
+  // How many of a CPU-homed layer's experts have a pool slot, and how many more are read in place.
+  std::pair<int64_t, int64_t> resident_and_direct(int64_t layer) const;
   uint64_t slot_bytes() const { return slot_bytes_; }
   std::string summary() const;
 
@@ -133,6 +143,7 @@ class ExpertResidency {
   // Points (layer, expert) at slot s's copy, clearing the slot's previous owner (-1: empties it).
   void assign(int64_t slot, int64_t key);
 
+  VramBudget& budget_;
   const std::vector<model::ExpertLayerTensors>& layers_;
   std::vector<bool> gpu_home_;
   int64_t n_expert_;

@@ -62,6 +62,13 @@ class GpuForward : public model::ModelArch {
   std::optional<model::ExpertRuntimeStats> expert_runtime() const override {
     return experts_->runtime();
   }
+  // The routed experts' live policy (RoutedExpertsGpu::set_policy), changed between forwards:
+  // the stream is idle then.
+  std::optional<model::ExpertPolicy> expert_policy() const override { return experts_->policy(); }
+  model::PolicyOutcome set_expert_policy(const model::ExpertPolicyChange& change) override {
+    return experts_->set_policy(change);
+  }
+  std::vector<model::LayerSplit> layer_split() const override { return experts_->layer_split(); }
 
  protected:
   // Chooses the device and the executor, creates the stream and the token I/O; refuses partial

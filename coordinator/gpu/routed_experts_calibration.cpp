@@ -88,12 +88,17 @@ void RoutedExpertsGpu::calibrate(const gguf::GgufFile& f, cpu::ThreadPool& pool,
           cfg_.n_expert, cfg_.n_embd, model::calibration_thread_counts(cal_threads_), items, kReps,
           cpu::ThreadPool::kDefaultSpin, warm);
       cal_ = c;
+      cal_cached_ = false;  // a live recalibration replaces cached rates
       measure_gpu_rates(l);
       model::save_calibration(path, cal_);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "moe: calibration: %s\n", e.what());
   }
+  seed_profiler();
+}
+
+void RoutedExpertsGpu::seed_profiler() {
   if (profiler_ && cal_.h2d_gbps > 0) {
     const double copy_us = static_cast<double>(residency_->slot_bytes()) / (cal_.h2d_gbps * 1e3);
     profiler_->seed(cal_.cpu_us_at(cal_threads_), copy_us);  // it times the copies alone

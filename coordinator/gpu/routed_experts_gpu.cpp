@@ -46,6 +46,9 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
                                    std::unique_ptr<model::ExpertExecutor> cpu_experts,
                                    const GpuOptions& opt, uint64_t other_bytes)
     : budget_(budget), exec_(exec), pool_(pool), cfg_(cfg) {
+  file_ = &f;
+  direct_opt_ = opt.moe_direct_share;
+  profiler_new_ = opt.moe_profiler_new;
   const int64_t X = cfg.n_expert;
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     tensors_.push_back(model::require_layer_experts(f, cfg, l));
@@ -132,16 +135,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
     stream_share_ = opt.moe_stream_share;
     prefill_cpu_share_ = opt.moe_prefill_cpu_share;
     pin_ = std::make_unique<HostModelPin>(f);
-    if (stream_share_ < 0 && pin_->pinned()) {
-      // Decode: up to kDeviceRoutingMaxTokens tokens' misses, at most a slot each.
-      const int max_m = static_cast<int>(kDeviceRoutingMaxTokens * cfg.n_expert_used);
-      profiler_ = std::make_unique<model::MissSplitProfiler>(
-          opt.moe_profiler_new ? model::MissSplitProfiler::Mode::New
-                               : model::MissSplitProfiler::Mode::Old,
-          static_cast<int>(std::min<int64_t>(max_m, staging_slots_)));
-      pcie_t0_ = std::make_unique<CudaEvent>(/*timing=*/true);
-      pcie_t1_ = std::make_unique<CudaEvent>(/*timing=*/true);
-    }
+    if (stream_share_ < 0 && pin_->pinned()) make_profiler();
     staging_ = budget.allocate(staging_bytes, VramUse::Pool, "PCIe staging slots");
     if (opt.moe_copy_streams < 1 || opt.moe_copy_streams > 4) {
       throw Error("copy streams: " + std::to_string(opt.moe_copy_streams) + " (1 to 4)");

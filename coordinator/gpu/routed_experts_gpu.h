@@ -90,6 +90,12 @@ class RoutedExpertsGpu {
   // After a forward: refills the pool at 1, 8, 64, ... routed items.
   void after_forward();
 
+  // The live policy (routed_experts_policy.cpp): read it, change it between forwards (the
+  // stream idle), and where each layer's experts are now.
+  model::ExpertPolicy policy() const;
+  model::PolicyOutcome set_policy(const model::ExpertPolicyChange& change);
+  std::vector<model::LayerSplit> layer_split() const;
+
   std::string summary() const;
   // What ran where since start: routed (token, expert) items on VRAM copies, copied over PCIe
   // (decode misses and prefill streams) and on the CPU, bytes copied, the profiler's choices.
@@ -116,6 +122,17 @@ class RoutedExpertsGpu {
   // --moe-direct-share auto: 0.75 t_cpu / (t_cpu + t_pcie) per expert, from the calibration (0
   // when it has no PCIe rate): a little below the share that makes both sides finish together.
   double auto_direct_share() const;
+  // The direct share in effect from direct_opt_: 0 unless decode splits on the device with the
+  // model page-locked and no decode misses streamed; auto resolved; then choose_direct().
+  void update_direct();
+  // --moe-stream-share auto's profiler in profiler_new_'s mode, seeded from the calibration
+  // (seed_profiler(), in routed_experts_calibration.cpp, once the rates are known).
+  void make_profiler();
+  void seed_profiler();
+  // A pool of one slot per CPU-homed expert: the most a pool can usefully hold.
+  uint64_t pool_most_bytes() const;
+  // The checks of set_policy(): why `change` cannot apply here (kind and message), or Applied.
+  model::PolicyOutcome check_policy(const model::ExpertPolicyChange& change) const;
   // Records into batch_ gate, up, SwiGLU and down of `items` items of one token row each (item i
   // reads row dr_.x_rows[i] of xn) from the expert pointers in dr_.gate/up/down, into d_y_.
   void compute_items(int64_t layer, int64_t items, const float* xn);
@@ -236,8 +253,13 @@ class RoutedExpertsGpu {
   // Device-routed split layers: on unless --moe-host-routing. The routing the GPU publishes for
   // the CPU share (page-locked: the flag word, then ids, weights and hit marks) and its sequence.
   bool device_split_ = false;
-  double direct_share_ = 0;  // --moe-direct-share
+  double direct_opt_ = -1;   // --moe-direct-share as asked (< 0: auto)
+  double direct_share_ = 0;  // in effect
   bool direct_auto_ = false;
+  bool profiler_new_ = false;             // --moe-resident-profiler new
+  const gguf::GgufFile* file_ = nullptr;  // for a recalibration
+  uint64_t policy_changes_ = 0;
+  double recalibrated_ms_ = 0;
   PinnedBuffer h_route_;
   uint32_t* route_flag_ = nullptr;
   int32_t* route_ids_ = nullptr;
