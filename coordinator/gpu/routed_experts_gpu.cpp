@@ -201,16 +201,12 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   MOE_CUDA_CHECK(
       cudaMemcpy(dr_.tok_off, tok_off.data(), tok_off.size() * 4, cudaMemcpyHostToDevice));
   if (cpu_homed) calibrate(f, pool, opt.recalibrate);
-  if (device_split_ && opt.moe_direct_share != 0 && stream_share_ == 0) {
-    if (pin_ && pin_->pinned()) {
-      direct_auto_ = opt.moe_direct_share < 0;
-      direct_share_ = direct_auto_ ? auto_direct_share() : opt.moe_direct_share;
-      if (direct_share_ > 0) choose_direct();
-    } else if (opt.moe_direct_share > 0) {
-      std::fprintf(stderr, "warning: --moe-direct-share off: the model is not page-locked (%s)\n",
-                   pin_ ? pin_->refusal().c_str() : "not streaming");
-    }
+  const bool pinned = pin_ && pin_->pinned();
+  if (device_split_ && opt.moe_direct_share > 0 && stream_share_ == 0 && !pinned) {
+    std::fprintf(stderr, "warning: --moe-direct-share off: the model is not page-locked (%s)\n",
+                 pin_ ? pin_->refusal().c_str() : "not streaming");
   }
+  update_direct();  // the share in effect, as a live change recomputes it
 }
 
 float* RoutedExpertsGpu::scratch(VramBuffer& b, size_t floats, const char* what) {
