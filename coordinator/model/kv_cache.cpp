@@ -261,6 +261,7 @@ void KvCache::truncate(int64_t n) {
 
 void KvCache::save_checkpoint() {
   checkpoint_pos_ = n_past_;
+  checkpoint_written_ = written_;
   if (storage_ != KvStorage::Host) return;
   rs_.save(checkpoint_);
   checkpoint_rings_.clear();
@@ -286,6 +287,7 @@ void KvCache::restore_checkpoint() {
     }
   }
   n_past_ = checkpoint_pos_;
+  written_ = checkpoint_written_;  // the rings hold the checkpoint's rows again
 }
 
 void KvCache::require_host(const char* what) const {
@@ -405,12 +407,14 @@ void KvCache::drop_positions(int64_t n_keep, int64_t n) {
                 std::to_string(n_keep) + " of " + std::to_string(n_past_));
   }
   n_past_ -= n;
+  written_ = n_past_;  // the shift rewrote the rings' rows up to here
   checkpoint_pos_ = -1;
 }
 
 void KvCache::advance(int64_t n) {
   check_room(n);
   n_past_ += n;
+  written_ = std::max(written_, n_past_);
   if (n > 0) rs_.commit();
 }
 
@@ -496,6 +500,7 @@ void KvCache::import_image(const SequenceImage& img) {
   }
   if (recurrent_) rs_.restore(snap);
   n_past_ = img.n_past;
+  written_ = n_past_;
   checkpoint_pos_ = -1;
 }
 
@@ -508,6 +513,7 @@ void KvCache::restore(int64_t n) {
                 std::to_string(n_ctx_));
   }
   n_past_ = n;
+  written_ = n;
   checkpoint_pos_ = -1;
 }
 

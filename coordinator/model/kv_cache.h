@@ -147,17 +147,19 @@ class KvCache {
   // Forgets every position and resets the recurrent state to zero (the storage is kept).
   void clear() {
     n_past_ = 0;
+    written_ = 0;
     checkpoint_pos_ = -1;
     rs_.reset();
   }
   // Whether truncate(n) may keep the first n positions: attention K/V rows past n are simply
   // written again, but a recurrent state holds every position it saw and cannot be rewound, so a
   // hybrid model's cache keeps all its positions or none; a ring goes back at most its slack
-  // (the rows of the window before n are still there).
+  // (the rows of the window before n are still there), counted from the furthest position stored
+  // since: rows past n_past() that a truncation left in a ring still overwrote older ones.
   bool can_truncate_to(int64_t n) const {
     if (n < 0 || n > n_past_) return false;
     if (n == n_past_ || n == 0) return true;
-    return !recurrent_ && (ring_slack_ == 0 || n_past_ - n <= ring_slack_);
+    return !recurrent_ && (ring_slack_ == 0 || written_ - n <= ring_slack_);
   }
   // Keeps positions [0, n) (the prompt cache's common prefix); moe::Error unless can_truncate_to.
   void truncate(int64_t n);
@@ -215,6 +217,8 @@ class KvCache {
   KvStorage storage_;
   std::vector<float> rotated_;  // store()'s rotated copy of a row
   int64_t checkpoint_pos_ = -1;
+  int64_t written_ = 0;  // the furthest position stored since clear(), + 1 (truncate's bound)
+  int64_t checkpoint_written_ = 0;
   RecurrentState::Snapshot checkpoint_;
   std::vector<std::vector<unsigned char>> checkpoint_rings_;  // per ring layer: K then V bytes
   int64_t ring_slack_ = 0;  // how far back truncate() may go on the rings (0: no rings)

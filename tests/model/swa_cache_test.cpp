@@ -152,6 +152,33 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+// How far truncate() may go back counts from the furthest position stored, not from n_past():
+// after going back, the rows past the new end still overwrote older positions of the ring.
+TEST(SwaCache, TruncationCountsFromTheFurthestRowStored) {
+  const auto file = moe::gguf::GgufFile::open(model_path());
+  const ModelConfig cfg = ModelConfig::from_gguf(file);
+  KvCache c(cfg, 64, ring_config());  // rings of 12 rows, slack 4
+  c.advance(30);
+  c.truncate(26);
+  EXPECT_FALSE(c.can_truncate_to(25));
+  EXPECT_FALSE(c.can_truncate_to(22));  // 4 back from 26, but 8 from the rows of 29
+  c.advance(2);                         // at 28; rows up to 29 were stored
+  EXPECT_TRUE(c.can_truncate_to(26));
+  EXPECT_FALSE(c.can_truncate_to(25));
+  c.advance(6);  // at 34, past everything stored before
+  EXPECT_TRUE(c.can_truncate_to(30));
+  EXPECT_FALSE(c.can_truncate_to(29));
+  c.save_checkpoint();
+  c.advance(3);
+  c.truncate(35);
+  c.restore_checkpoint();  // the rings hold the rows of the checkpoint again
+  EXPECT_EQ(c.n_past(), 34);
+  EXPECT_TRUE(c.can_truncate_to(30));
+  c.clear();
+  c.advance(5);
+  EXPECT_TRUE(c.can_truncate_to(1));
+}
+
 TEST(SwaCache, GptOssOnARingMatchesEveryPositionKept) {
   Loaded x;
   const auto toks = tokens(40, 1);
