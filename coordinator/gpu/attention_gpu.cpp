@@ -13,9 +13,11 @@ void attend(const model::ModelConfig& cfg, AttentionHeads heads, const cuda::Dev
             VramBudget& budget, VramBuffer& workspace, float* out, cudaStream_t stream,
             const int32_t* device_pos0, const AttentionOptions& opt) {
   const int64_t H = heads.n_head, HK = heads.n_head_kv, hk = cfg.head_dim_k, hv = cfg.head_dim_v;
-  // An f16 cache (the default) is written by the norm + RoPE launch itself; others by kv_store.
+  // An f16 cache (the default) is written by the norm + RoPE launch itself; others, and a
+  // sliding-window ring, by kv_store.
   const bool f16 = kv.k_type == GgmlType::F16 && kv.v_type == GgmlType::F16 &&
-                   kv.k_elems == HK * hk && kv.v_elems == HK * hv && kv.k_rot == 0 && kv.v_rot == 0;
+                   kv.k_elems == HK * hk && kv.v_elems == HK * hv && kv.k_rot == 0 &&
+                   kv.v_rot == 0 && kv.ring == 0;
   const cuda::QkKvStoreF16 store{kv.k,     kv.v, kv.k_row_bytes, kv.v_row_bytes,
                                  kv.n_ctx, p.v,  p.v_stride,     hv};
   cuda::qk_norm_rope({p.q, p.q_stride, H, q_norm}, {p.k, p.k_stride, HK, k_norm}, n, hk,

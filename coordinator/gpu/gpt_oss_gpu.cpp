@@ -15,6 +15,16 @@
 #include "kernels/cuda/rmsnorm.h"
 
 namespace moe::gpu {
+namespace {
+
+// The rows of one sequence's batch that a layer stores and attends at once: a sliding-window
+// ring holds the window of only so many tokens stored together (KvCache::max_step), so a longer
+// batch goes through it in steps, as on the CPU; other layers take the whole batch.
+int64_t attention_step(const cuda::DeviceKvLayer& kv, int64_t window, int64_t n) {
+  return kv.ring > 0 ? std::max<int64_t>(kv.ring - window + 1, 1) : std::max<int64_t>(n, 1);
+}
+
+}  // namespace
 
 GptOssGpu::GptOssGpu(const gguf::GgufFile& f, cpu::ThreadPool& pool,
                      std::unique_ptr<model::ExpertExecutor> cpu_experts, const GpuOptions& opt)
@@ -103,12 +113,16 @@ void GptOssGpu::attention_block(const Layer& L, int64_t l, std::span<const Seque
   cuda::add_bias(p.v, n, kw, p.v_stride, L.bv.as<float>(), stream_);
   const AttentionOptions ao{&yarn_, {L.window, L.sinks.as<float>()}};
   for (const SequenceRows& s : seqs) {
-    const Projections ps{p.q + s.row0 * p.q_stride, p.q_stride,
-                         p.k + s.row0 * p.k_stride, p.k_stride,
-                         p.v + s.row0 * p.v_stride, p.v_stride};
-    // No q/k norms in gpt-oss: RoPE only.
-    attend(cfg_, {L.n_head, L.n_head_kv}, s.seq->kv(l), ps, nullptr, nullptr, s.n, s.pos0, budget_,
-           d_attn_ws_, d_attn_.as<float>() + s.row0 * qw, stream_, device_pos0, ao);
+    const cuda::DeviceKvLayer& kv = s.seq->kv(l);
+    const int64_t step = attention_step(kv, L.window, s.n);
+    for (int64_t r0 = s.row0; r0 < s.row0 + s.n; r0 += step) {
+      const int64_t m = std::min(step, s.row0 + s.n - r0);
+      const Projections ps{p.q + r0 * p.q_stride, p.q_stride, p.k + r0 * p.k_stride, p.k_stride,
+                           p.v + r0 * p.v_stride, p.v_stride};
+      // No q/k norms in gpt-oss: RoPE only.
+      attend(cfg_, {L.n_head, L.n_head_kv}, kv, ps, nullptr, nullptr, m, s.pos0 + (r0 - s.row0),
+             budget_, d_attn_ws_, d_attn_.as<float>() + r0 * qw, stream_, device_pos0, ao);
+    }
   }
   cuda::matmul(L.wo, d_attn_.as<float>(), n, d_tmp_.as<float>(), stream_);
   cuda::add_bias(d_tmp_.as<float>(), n, cfg_.n_embd, cfg_.n_embd, L.bo.as<float>(), stream_);
@@ -125,13 +139,18 @@ void GptOssGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32_t
   float* xn = this->xn();
   const int64_t n = seqs.back().row0 + seqs.back().n;
   const int64_t pos0 = seqs.front().pos0;  // for the hooks (one sequence)
-  if (!device_pos0 && seqs.size() > 1) {
-    // Grown once up front: growing it between two sequences would free a buffer in use.
+  if (!device_pos0) {
+    // Grown once up front: growing it between two sequences or a ring's steps would free a
+    // buffer in use.
     size_t ws = 0;
-    for (const Layer& L : layers_) {
+    for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+      const Layer& L = layers_[static_cast<size_t>(l)];
       for (const SequenceRows& s : seqs) {
-        ws = std::max(ws,
-                      attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv}, s.n, s.pos0, false));
+        const int64_t step = attention_step(s.seq->kv(l), L.window, s.n);
+        for (int64_t r = 0; r < s.n; r += step) {
+          ws = std::max(ws, attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv},
+                                                      std::min(step, s.n - r), s.pos0 + r, false));
+        }
       }
     }
     if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");

@@ -1,6 +1,7 @@
 #include "coordinator/gpu/gpu_sequence_states.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "common/error.h"
@@ -18,6 +19,25 @@ size_t kv_row_bytes(GgmlType t, int64_t elems, const char* which) {
                 " blocks");
   }
   return static_cast<size_t>(*b);
+}
+
+// Bytes of a sliding-window layer's whole ring, one side.
+size_t ring_bytes(const cuda::DeviceKvLayer& d, bool k) {
+  return static_cast<size_t>(d.ring) * (k ? d.k_row_bytes : d.v_row_bytes);
+}
+
+// The image rows of positions [n - rows, n) of one side of a layer, in position order, and the
+// layer's rows: a ring's rows wrap (at most two runs), others are rows 0.. of their positions.
+struct RowRun {
+  int64_t image_row, layer_row, n;
+};
+std::vector<RowRun> image_runs(const cuda::DeviceKvLayer& d, int64_t n) {
+  if (d.ring == 0) return {{0, 0, n}};
+  const int64_t rows = std::min(n, d.ring), first = (n - rows) % d.ring;
+  const int64_t run = std::min(rows, d.ring - first);
+  std::vector<RowRun> runs{{0, first, run}};
+  if (run < rows) runs.push_back({run, 0, rows - run});
+  return runs;
 }
 
 size_t conv_floats(const model::ModelConfig& c) {
@@ -56,10 +76,15 @@ GpuSequenceStates::GpuSequenceStates(VramBudget& budget, const model::ModelConfi
 
 uint64_t GpuSequenceStates::estimate_bytes(const model::ModelConfig& c, int64_t n_ctx,
                                            const model::KvConfig& kv) {
-  uint64_t b = model::KvCache(c, std::max<int64_t>(n_ctx, 1), kv, model::KvStorage::None).bytes();
+  const model::KvCache cache(c, std::max<int64_t>(n_ctx, 1), kv, model::KvStorage::None);
+  uint64_t b = cache.bytes();
   for (int64_t l = 0; l < c.n_layer; ++l) {
     // Double buffered, and one more copy for the prompt cache's checkpoint.
-    if (c.is_recurrent(l)) b += 3 * (conv_floats(c) + ssm_floats(c)) * sizeof(float);
+    if (c.is_recurrent(l)) {
+      b += 3 * (conv_floats(c) + ssm_floats(c)) * sizeof(float);
+    } else if (const int64_t ring = cache.ring_rows(l); ring > 0) {
+      b += static_cast<uint64_t>(ring) * (cache.k_row_size(l) + cache.v_row_size(l));  // checkpoint
+    }
   }
   return b;
 }
@@ -73,6 +98,7 @@ std::vector<cuda::DeviceKvLayer> GpuSequenceStates::layout_of(const model::KvCac
     d.v_type = model::kv_ggml_type(cache.v_type(l));
     d.k_rot = cache.k_rotation(l);
     d.v_rot = cache.v_rotation(l);
+    d.ring = cache.ring_rows(l);
     for (GgmlType t : {d.k_type, d.v_type}) {
       if (!ggml_row_bytes(t, 32)) {
         throw Error("KV cache type " + ggml_type_label(static_cast<uint32_t>(t)) +
@@ -139,7 +165,8 @@ std::vector<GpuSequenceStates::Slot*> GpuSequenceStates::acquire(
   }
   ++clock_;
   const auto same = [](const cuda::DeviceKvLayer& a, const cuda::DeviceKvLayer& b) {
-    return a.k_type == b.k_type && a.v_type == b.v_type && a.k_rot == b.k_rot && a.v_rot == b.v_rot;
+    return a.k_type == b.k_type && a.v_type == b.v_type && a.k_rot == b.k_rot &&
+           a.v_rot == b.v_rot && a.ring == b.ring;
   };
   for (size_t i = 0; i < caches.size(); ++i) {
     const model::KvCache& cache = *caches[i];
@@ -184,10 +211,12 @@ void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache,
     const int64_t hkv = cfg_.n_head_kv[static_cast<size_t>(l)];
     const int64_t ke = hkv * cfg_.head_dim_k, ve = hkv * cfg_.head_dim_v;
     const size_t kb = kv_row_bytes(kt, ke, "K"), vb = kv_row_bytes(vt, ve, "V");
-    const auto rows = static_cast<size_t>(s.ctx_);
+    // A sliding-window layer keeps only its ring's rows (KvCache::ring_rows).
+    const auto rows = static_cast<size_t>(want.ring > 0 ? want.ring : s.ctx_);
     L.k = budget_.allocate(kb * rows, VramUse::Kv, "K cache layer " + ls);
     L.v = budget_.allocate(vb * rows, VramUse::Kv, "V cache layer " + ls);
-    L.view = {kt, vt, L.k.get(), L.v.get(), kb, vb, ke, ve, s.ctx_, want.k_rot, want.v_rot};
+    L.view = {kt, vt, L.k.get(), L.v.get(),  kb,         vb,
+              ke, ve, s.ctx_,    want.k_rot, want.v_rot, want.ring};
   }
 }
 
@@ -201,8 +230,21 @@ void GpuSequenceStates::save_checkpoint(const model::KvCache& cache, cudaStream_
   const size_t ssm_bytes = ssm_floats(cfg_) * sizeof(float);
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     Slot::Layer& L = s->layers_[static_cast<size_t>(l)];
-    if (!cfg_.is_recurrent(l)) continue;
     const std::string ls = std::to_string(l);
+    if (!cfg_.is_recurrent(l)) {
+      // A ring overwrites the rows a later truncation back to here would need.
+      if (L.view.ring == 0) continue;
+      const size_t kb = ring_bytes(L.view, true), vb = ring_bytes(L.view, false);
+      if (!L.ckpt_k) {
+        L.ckpt_k = budget_.allocate(kb, VramUse::Kv, "K ring checkpoint layer " + ls);
+        L.ckpt_v = budget_.allocate(vb, VramUse::Kv, "V ring checkpoint layer " + ls);
+      }
+      MOE_CUDA_CHECK(
+          cudaMemcpyAsync(L.ckpt_k.get(), L.k.get(), kb, cudaMemcpyDeviceToDevice, stream));
+      MOE_CUDA_CHECK(
+          cudaMemcpyAsync(L.ckpt_v.get(), L.v.get(), vb, cudaMemcpyDeviceToDevice, stream));
+      continue;
+    }
     if (!L.ckpt_conv) {
       L.ckpt_conv = budget_.allocate(conv_bytes, VramUse::Kv, "conv checkpoint layer " + ls);
       L.ckpt_ssm = budget_.allocate(ssm_bytes, VramUse::Kv, "DeltaNet checkpoint layer " + ls);
@@ -232,6 +274,12 @@ bool GpuSequenceStates::restore_checkpoint(const model::KvCache& cache, cudaStre
   const size_t ssm_bytes = ssm_floats(cfg_) * sizeof(float);
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     Slot::Layer& L = s->layers_[static_cast<size_t>(l)];
+    if (!cfg_.is_recurrent(l) && L.view.ring > 0) {
+      MOE_CUDA_CHECK(cudaMemcpyAsync(L.k.get(), L.ckpt_k.get(), ring_bytes(L.view, true),
+                                     cudaMemcpyDeviceToDevice, stream));
+      MOE_CUDA_CHECK(cudaMemcpyAsync(L.v.get(), L.ckpt_v.get(), ring_bytes(L.view, false),
+                                     cudaMemcpyDeviceToDevice, stream));
+    }
     if (!cfg_.is_recurrent(l) || s->ckpt_zero_) continue;
     MOE_CUDA_CHECK(cudaMemcpyAsync(L.conv[s->cur_].get(), L.ckpt_conv.get(), conv_bytes,
                                    cudaMemcpyDeviceToDevice, stream));
@@ -265,13 +313,14 @@ void GpuSequenceStates::export_sequence(const model::KvCache& cache, model::Sequ
   }
   img.n_past = n;
   img.layers.assign(static_cast<size_t>(cfg_.n_layer), {});
-  const auto rows = static_cast<size_t>(n);
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     model::SequenceImage::Layer& I = img.layers[static_cast<size_t>(l)];
     if (cfg_.is_recurrent(l)) {
       I.conv.assign(conv_floats(cfg_), 0.0f);
       I.ssm.assign(ssm_floats(cfg_), 0.0f);
     } else {
+      const int64_t ring = cache.ring_rows(l);
+      const auto rows = static_cast<size_t>(ring > 0 ? std::min(n, ring) : n);
       I.k.resize(rows * cache.k_row_size(l));
       I.v.resize(rows * cache.v_row_size(l));
     }
@@ -286,10 +335,16 @@ void GpuSequenceStates::export_sequence(const model::KvCache& cache, model::Sequ
                                      I.ssm.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
       continue;
     }
-    MOE_CUDA_CHECK(
-        cudaMemcpyAsync(I.k.data(), L.k.get(), I.k.size(), cudaMemcpyDeviceToHost, stream));
-    MOE_CUDA_CHECK(
-        cudaMemcpyAsync(I.v.data(), L.v.get(), I.v.size(), cudaMemcpyDeviceToHost, stream));
+    const size_t kb = L.view.k_row_bytes, vb = L.view.v_row_bytes;
+    for (const RowRun& r : image_runs(L.view, n)) {
+      const auto [i, at, m] =
+          std::array{static_cast<size_t>(r.image_row), static_cast<size_t>(r.layer_row),
+                     static_cast<size_t>(r.n)};
+      MOE_CUDA_CHECK(cudaMemcpyAsync(I.k.data() + i * kb, L.k.as<uint8_t>() + at * kb, m * kb,
+                                     cudaMemcpyDeviceToHost, stream));
+      MOE_CUDA_CHECK(cudaMemcpyAsync(I.v.data() + i * vb, L.v.as<uint8_t>() + at * vb, m * vb,
+                                     cudaMemcpyDeviceToHost, stream));
+    }
   }
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
@@ -302,12 +357,12 @@ void GpuSequenceStates::import_sequence(const model::KvCache& cache,
   Slot& s = acquire(cache);  // past_ 0: a copy that fails below leaves an empty sequence
   ++s.generation_;           // new contents under recorded addresses: record again
   const int64_t n = img.n_past;
-  const auto rows = static_cast<size_t>(std::max<int64_t>(n, 0));
   // Every size before the first copy: nothing is left in flight by a throw.
   bool fits = n >= 0 && n <= s.ctx_ && img.layers.size() == s.layers_.size();
   for (size_t l = 0; fits && l < s.layers_.size(); ++l) {
     const model::SequenceImage::Layer& I = img.layers[l];
     const Slot::Layer& L = s.layers_[l];
+    const auto rows = static_cast<size_t>(L.view.ring > 0 ? std::min(n, L.view.ring) : n);
     fits = cfg_.is_recurrent(static_cast<int64_t>(l))
                ? I.conv.size() == conv_floats(cfg_) && I.ssm.size() == ssm_floats(cfg_)
                : I.k.size() == rows * L.view.k_row_bytes && I.v.size() == rows * L.view.v_row_bytes;
@@ -324,10 +379,16 @@ void GpuSequenceStates::import_sequence(const model::KvCache& cache,
                                      I.ssm.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
       continue;
     }
-    MOE_CUDA_CHECK(
-        cudaMemcpyAsync(L.k.get(), I.k.data(), I.k.size(), cudaMemcpyHostToDevice, stream));
-    MOE_CUDA_CHECK(
-        cudaMemcpyAsync(L.v.get(), I.v.data(), I.v.size(), cudaMemcpyHostToDevice, stream));
+    const size_t kb = L.view.k_row_bytes, vb = L.view.v_row_bytes;
+    for (const RowRun& r : image_runs(L.view, n)) {
+      const auto [i, at, m] =
+          std::array{static_cast<size_t>(r.image_row), static_cast<size_t>(r.layer_row),
+                     static_cast<size_t>(r.n)};
+      MOE_CUDA_CHECK(cudaMemcpyAsync(L.k.as<uint8_t>() + at * kb, I.k.data() + i * kb, m * kb,
+                                     cudaMemcpyHostToDevice, stream));
+      MOE_CUDA_CHECK(cudaMemcpyAsync(L.v.as<uint8_t>() + at * vb, I.v.data() + i * vb, m * vb,
+                                     cudaMemcpyHostToDevice, stream));
+    }
   }
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   s.past_ = n;
@@ -342,6 +403,13 @@ void GpuSequenceStates::shift(const model::KvCache& cache, int64_t n_keep, int64
     if (c.owner_ == &cache && c.past_ >= cache.n_past()) s = &c;
   }
   if (!s || cfg_.has_recurrent()) throw Error("GPU model: no state in VRAM to shift");
+  for (const Slot::Layer& L : s->layers_) {
+    if (L.view.ring > 0) {
+      throw Error(
+          "context shift: the GPU keeps only the last positions of the sliding-window layers "
+          "(start with --swa-full to shift the context)");
+    }
+  }
   int64_t k_elems = 1;
   for (const Slot::Layer& L : s->layers_) k_elems = std::max(k_elems, L.view.k_elems);
   // A chunk of rows at a time (kv_shift), so a small scratch serves any shift.

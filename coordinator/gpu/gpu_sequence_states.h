@@ -46,6 +46,7 @@ class GpuSequenceStates {
       cuda::DeviceKvLayer view{};
       VramBuffer conv[2], ssm[2];      // recurrent layers only
       VramBuffer ckpt_conv, ckpt_ssm;  // the checkpoint's copy, allocated at the first one
+      VramBuffer ckpt_k, ckpt_v;       // a sliding-window ring's copy, likewise
     };
     const model::KvCache* owner_ = nullptr;
     int64_t past_ = 0;  // owner's n_past after our last forward on it
@@ -77,16 +78,18 @@ class GpuSequenceStates {
   static void commit(Slot& slot, int64_t n_past);
 
   // The prompt cache's checkpoint (KvCache::save_checkpoint): the recurrent state of `cache`'s
-  // sequence at its current position copied aside in VRAM, enqueued on `stream`. K/V rows need no
-  // copy: rows past a position are written again. moe::Error if the sequence is not here.
+  // sequence at its current position and its sliding-window rings copied aside in VRAM, enqueued
+  // on `stream`. Other K/V rows need no copy: rows past a position are written again. moe::Error
+  // if the sequence is not here.
   void save_checkpoint(const model::KvCache& cache, cudaStream_t stream);
   // Copies it back and puts the slot at the checkpoint's position; false when the sequence's slot
   // went to another cache or was reallocated since (the caller starts from scratch).
   bool restore_checkpoint(const model::KvCache& cache, cudaStream_t stream);
 
-  // Slot files (GpuForward::export_sequence): rows [0, n_past) of `cache`'s sequence and its
-  // committed recurrent state copied to host bytes on `stream` (then synchronized). moe::Error if
-  // the sequence is not here.
+  // Slot files (GpuForward::export_sequence): rows [0, n_past) of `cache`'s sequence (of a
+  // sliding-window ring its last min(n_past, ring) in position order, as KvCache::export_image)
+  // and its committed recurrent state copied to host bytes on `stream` (then synchronized).
+  // moe::Error if the sequence is not here.
   void export_sequence(const model::KvCache& cache, model::SequenceImage& image,
                        cudaStream_t stream);
   // `image` into a slot for `cache`, which must be at position 0 (acquire's slot for a new
@@ -100,17 +103,18 @@ class GpuSequenceStates {
   // sequence, its first cache.n_past() rows, on `stream` (then synchronized); `cs` is
   // model::shift_angles. The slot is then at n_past - n_discard with no checkpoint and a new
   // generation (a graph recorded on it is recorded again). The caller checked the arguments
-  // (model::check_shift); moe::Error if the sequence is not here.
+  // (model::check_shift); moe::Error, nothing changed, if the sequence is not here or keeps a
+  // sliding-window ring (--swa-full keeps every position and shifts).
   void shift(const model::KvCache& cache, int64_t n_keep, int64_t n_discard, const float* cs,
              cudaStream_t stream);
 
   // Bytes of one sequence's state at `n_ctx` positions with the cache types of `kv` (pool
-  // auto-sizing: a q4_0 cache leaves more VRAM to the experts).
+  // auto-sizing: a q4_0 cache, or sliding-window rings, leave more VRAM to the experts).
   static uint64_t estimate_bytes(const model::ModelConfig& cfg, int64_t n_ctx,
                                  const model::KvConfig& kv);
 
  private:
-  // The K/V types and rotation `cache` asks for, per layer; throws for a type the GPU lacks.
+  // The K/V types, rotation and ring `cache` asks for, per layer; throws for a type the GPU lacks.
   std::vector<cuda::DeviceKvLayer> layout_of(const model::KvCache& cache) const;
   void allocate(Slot& s, const model::KvCache& cache, std::vector<cuda::DeviceKvLayer> layout);
 

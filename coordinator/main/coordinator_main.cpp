@@ -303,6 +303,22 @@ void prefetch_weights(const gguf::GgufFile& file) {
   progress.finish();
 }
 
+// Tokens per forward of a prompt (-b, at most -ub).
+int64_t forward_batch(const Args& a) {
+  return a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
+}
+
+// The sequences' cache layout, alike for the GPU's VRAM sizing and the engine: a sliding-window
+// ring holds the window and one forward's tokens, as llama.cpp's SWA cache holds the window and
+// one ubatch; with --context-shift on the GPU every position, since the GPU shifts whole caches
+// only.
+model::KvConfig sequence_kv(const Args& a) {
+  model::KvConfig kv = tools::kv_config(a.kv);
+  kv.swa_slack = forward_batch(a);
+  if (a.llama.context_shift && a.gpu.n_gpu_layers > 0) kv.swa_full = true;
+  return kv;
+}
+
 // The forward (CPU or GPU per the flags) on the workers' experts, or in-process ones on `pool`
 // when there are no workers; it owns the executor, so the workers stop when it goes.
 std::unique_ptr<model::ModelArch> load_model(const Args& a, const gguf::GgufFile& file,
@@ -319,7 +335,7 @@ std::unique_ptr<model::ModelArch> load_model(const Args& a, const gguf::GgufFile
   gpu::GpuOptions gpu_opt = a.gpu;
   gpu_opt.n_ctx = n_ctx;
   gpu_opt.n_seq = a.llama.n_parallel;
-  gpu_opt.kv = tools::kv_config(a.kv);
+  gpu_opt.kv = sequence_kv(a);
   std::string model_placement;
   auto model = gpu::create_model(
       file, pool, std::make_unique<engine::InstrumentedExperts>(std::move(experts), layer_stats),
@@ -338,12 +354,9 @@ engine::EngineOptions engine_options(const Args& a, int64_t n_ctx,
   engine::EngineOptions eo;
   eo.n_ctx = n_ctx;
   eo.n_parallel = a.llama.n_parallel;
-  eo.kv = tools::kv_config(a.kv);
+  eo.kv = sequence_kv(a);
   eo.queue_capacity = a.queue_size;
-  eo.n_batch = a.llama.ubatch > 0 ? std::min(a.n_batch, a.llama.ubatch) : a.n_batch;
-  // A sliding-window ring holds the window and one forward's tokens, as llama.cpp's SWA cache
-  // holds the window and one ubatch.
-  eo.kv.swa_slack = eo.n_batch;
+  eo.n_batch = forward_batch(a);
   eo.context_shift = a.llama.context_shift;
   if (workers != nullptr) eo.prepare = [workers] { workers->ensure_ready(); };
   eo.metrics = metrics;
@@ -449,6 +462,10 @@ int run(const Args& a, const std::string& worker_secret) {
     log("warning: --context-shift: " + cfg.arch + " keeps a recurrent state, which cannot drop " +
         "positions; a full context ends the generation (as --no-context-shift)");
     eo.context_shift = false;
+  }
+  if (eo.context_shift && a.gpu.n_gpu_layers > 0 && cfg.n_swa > 0 && !a.kv.swa_full) {
+    log("--context-shift: the sliding-window layers keep every position in VRAM (as --swa-full), "
+        "since the GPU shifts whole caches only");
   }
   // The cache's layout by layer, checked before anything is served (a type the head size cannot
   // hold fails here, not at the first request).

@@ -162,8 +162,7 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, const KvConfig& kv, KvSt
     }
     L.k_row_bytes = static_cast<size_t>(*kb);
     L.v_row_bytes = static_cast<size_t>(*vb);
-    if (storage == KvStorage::None) continue;
-    // A GPU forward sizes its own caches; a host ring is the CPU forward's.
+    // Rings alike wherever the rows live (a GPU forward allocates its own from ring_rows()).
     if (cfg.is_swa(l) && cfg.n_swa > 0 && !kv.swa_full) {
       if (kv.swa_slack < 1) throw Error("KV cache: the sliding-window slack must be >= 1");
       const int64_t ring = cfg.n_swa + kv.swa_slack;
@@ -173,6 +172,7 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx, const KvConfig& kv, KvSt
         ring_slack_ = kv.swa_slack;
       }
     }
+    if (storage == KvStorage::None) continue;
     const auto rows = static_cast<size_t>(L.ring > 0 ? L.ring : n_ctx);
     L.k.resize(L.k_row_bytes * rows);
     L.v.resize(L.v_row_bytes * rows);

@@ -48,14 +48,14 @@ __global__ void kv_store_kernel(KvStoreSide k, KvStoreSide v, int64_t n_tokens, 
 // element `off`, into registers; zeros past p_end (never read: rows there may be unwritten) and
 // past hd.
 template <int kCode, int RR, int DPL>
-__device__ __forceinline__ void load_rows_t(const uint8_t* base, size_t row_bytes, int64_t off,
-                                            int hd, int64_t p0, int64_t p_end, int warp, int lane,
-                                            float (&reg)[RR][DPL]) {
+__device__ __forceinline__ void load_rows_t(const uint8_t* base, size_t row_bytes, int64_t ring,
+                                            int64_t off, int hd, int64_t p0, int64_t p_end,
+                                            int warp, int lane, float (&reg)[RR][DPL]) {
 #pragma unroll
   for (int rr = 0; rr < RR; ++rr) {
     const int64_t pos = p0 + warp + kAttnWarps * rr;
     const bool valid = pos < p_end;
-    const uint8_t* row = base + (valid ? pos : 0) * static_cast<int64_t>(row_bytes);
+    const uint8_t* row = base + (valid ? kv_row(pos, ring) : 0) * static_cast<int64_t>(row_bytes);
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
       const int d = lane + 32 * i;
@@ -67,26 +67,27 @@ __device__ __forceinline__ void load_rows_t(const uint8_t* base, size_t row_byte
 // The cache type switch sits outside the unrolled loads (one uniform branch per tile).
 template <int RR, int DPL>
 __device__ __forceinline__ void load_rows(int code, const uint8_t* base, size_t row_bytes,
-                                          int64_t off, int hd, int64_t p0, int64_t p_end, int warp,
-                                          int lane, float (&reg)[RR][DPL]) {
+                                          int64_t ring, int64_t off, int hd, int64_t p0,
+                                          int64_t p_end, int warp, int lane,
+                                          float (&reg)[RR][DPL]) {
   if (code == kKvF32) {
-    load_rows_t<kKvF32>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvF32>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvF16) {
-    load_rows_t<kKvF16>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvF16>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvQ8_0) {
-    load_rows_t<kKvQ8_0>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvQ8_0>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvQ4_0) {
-    load_rows_t<kKvQ4_0>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvQ4_0>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvBF16) {
-    load_rows_t<kKvBF16>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvBF16>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvQ4_1) {
-    load_rows_t<kKvQ4_1>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvQ4_1>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvQ5_0) {
-    load_rows_t<kKvQ5_0>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvQ5_0>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   } else if (code == kKvIQ4_NL) {
-    load_rows_t<kKvIQ4_NL>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvIQ4_NL>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   } else {
-    load_rows_t<kKvQ5_1>(base, row_bytes, off, hd, p0, p_end, warp, lane, reg);
+    load_rows_t<kKvQ5_1>(base, row_bytes, ring, off, hd, p0, p_end, warp, lane, reg);
   }
 }
 
@@ -163,8 +164,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, DPL >= 8 ? 1 : 2) attention_k
   constexpr int RR = P / kAttnWarps;
   float kreg[RR][DPL], vreg[RR][DPL];
   const auto load_tile = [&](int64_t p0) {
-    load_rows(a.k_code, a.k, a.k_row_bytes, k_off, a.hd_k, p0, p_end, warp, lane, kreg);
-    load_rows(a.v_code, a.v, a.v_row_bytes, v_off, a.hd_v, p0, p_end, warp, lane, vreg);
+    load_rows(a.k_code, a.k, a.k_row_bytes, a.ring, k_off, a.hd_k, p0, p_end, warp, lane, kreg);
+    load_rows(a.v_code, a.v, a.v_row_bytes, a.ring, v_off, a.hd_v, p0, p_end, warp, lane, vreg);
   };
   if (p_start < p_end) load_tile(p_start);
 
@@ -356,6 +357,8 @@ void check_kv(const DeviceKvLayer& kv, const char* what) {
   check_kv_side(kv.k_type, kv.k, kv.k_row_bytes, kv.k_elems, what, "K");
   check_kv_side(kv.v_type, kv.v, kv.v_row_bytes, kv.v_elems, what, "V");
   if (kv.n_ctx < 1) throw Error(std::string(what) + ": n_ctx < 1");
+  if (kv.ring < 0)
+    throw Error(std::string(what) + ": ring of " + std::to_string(kv.ring) + " rows");
 }
 
 void check_positions(const DeviceKvLayer& kv, int64_t n_tokens, int64_t pos0, const char* what) {
@@ -363,6 +366,10 @@ void check_positions(const DeviceKvLayer& kv, int64_t n_tokens, int64_t pos0, co
     throw Error(std::string(what) + ": context length " + std::to_string(kv.n_ctx) +
                 " exceeded (positions " + std::to_string(pos0) + " .. " +
                 std::to_string(pos0 + n_tokens - 1) + ")");
+  }
+  if (kv.ring > 0 && n_tokens > kv.ring) {
+    throw Error(std::string(what) + ": " + std::to_string(n_tokens) +
+                " rows at once into a sliding-window ring of " + std::to_string(kv.ring));
   }
 }
 
@@ -443,6 +450,12 @@ void check_attention(const DeviceKvLayer& kv, const float* q, int64_t q_stride, 
   }
   check_kv(kv, what);
   check_positions(kv, n_tokens, pos0, what);
+  // The batch's rows were stored first: the ring must still hold its first token's window.
+  if (kv.ring > 0 && (mask.window < 1 || kv.ring < mask.window + n_tokens - 1)) {
+    throw Error("attention: a ring of " + std::to_string(kv.ring) +
+                " rows cannot hold a window of " + std::to_string(mask.window) +
+                " positions for a batch of " + std::to_string(n_tokens));
+  }
   if (n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0) {
     throw Error("attention: " + std::to_string(n_head) + " query heads do not divide into " +
                 std::to_string(n_head_kv) + " KV heads");
@@ -493,6 +506,7 @@ AttnArgs make_args(const DeviceKvLayer& kv, const float* q, int64_t q_stride, in
   a.pos0 = pos0;
   a.device_pos0 = device_pos0;
   a.n_ctx = kv.n_ctx;
+  a.ring = kv.ring;
   a.n_head = static_cast<int>(n_head);
   a.group = static_cast<int>(n_head / n_head_kv);
   a.hd_k = static_cast<int>(head_dim_k);
@@ -524,13 +538,15 @@ void kv_store(const DeviceKvLayer& kv, const float* k, const float* v, int64_t n
                        kv_code(kv.k_type, "kv_store"),
                        kv.k_elems,
                        k,
-                       k_stride};
+                       k_stride,
+                       kv.ring};
   const KvStoreSide vs{static_cast<uint8_t*>(kv.v),
                        kv.v_row_bytes,
                        kv_code(kv.v_type, "kv_store"),
                        kv.v_elems,
                        v,
-                       v_stride};
+                       v_stride,
+                       kv.ring};
   const dim3 grid(elem_blocks(n_tokens * std::max(kv.k_elems, kv.v_elems)), 2);
   kv_store_kernel<<<grid, kElemThreads, 0, stream>>>(ks, vs, n_tokens, pos0, device_pos0, kv.n_ctx);
   MOE_CUDA_CHECK(cudaGetLastError());

@@ -22,13 +22,19 @@ struct DeviceKvLayer {
   int64_t k_elems, v_elems;
   int64_t n_ctx;
   int64_t k_rot = 0, v_rot = 0;
+  // A sliding-window layer's ring (as model::KvCache::ring_rows): k and v hold `ring` rows and
+  // position p lives in row p % ring; 0: a row per position (n_ctx rows). Positions are still
+  // checked against n_ctx. attention() on a ring needs a window no longer than the ring can hold
+  // with the batch's own rows: ring >= window + n_tokens - 1.
+  int64_t ring = 0;
 };
 
 // Writes n_tokens f32 rows (k: [n_tokens, k_elems], v: [n_tokens, v_elems]) at positions pos0..
 // converting to the cache types (F16 round-to-nearest-even; Q8_0 as ggml's
 // quantize_row_q8_0_ref: d = amax/127, q = roundf(x * (1/d)), d stored fp16; Q4_0 as
 // quantize_row_q4_0_ref), byte-identical to
-// coordinator/model/kv_cache.cpp. Throws moe::Error unless pos0 >= 0 and pos0 + n_tokens <= n_ctx.
+// coordinator/model/kv_cache.cpp. Throws moe::Error unless pos0 >= 0 and pos0 + n_tokens <= n_ctx
+// and, on a ring, n_tokens <= ring.
 // With device_pos0 (a device int32) the positions start at the value it holds when the kernel
 // runs, so a captured CUDA graph serves every decode step; the host still validates `pos0` (the
 // position of this enqueue), and a device value outside [0, n_ctx - n_tokens] writes nothing.

@@ -25,6 +25,7 @@ struct AttnArgs {
   int64_t n_tokens, pos0;
   const int32_t* device_pos0;  // null: pos0
   int64_t n_ctx;
+  int64_t ring;  // DeviceKvLayer::ring: position p in row kv_row(p, ring)
   int n_head, group, hd_k, hd_v;
   float scale;
   int64_t window;      // AttentionMask::window (0: none)

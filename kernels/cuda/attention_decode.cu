@@ -254,8 +254,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const auto issue = [&](int64_t pos, int slot) {
     if (pos < p_end) {
       uint8_t* st = ring + slot * c.stage_bytes;
-      const uint8_t* kr = k_head + pos * static_cast<int64_t>(a.k_row_bytes);
-      const uint8_t* vr = v_head + pos * static_cast<int64_t>(a.v_row_bytes);
+      const uint8_t* kr = k_head + kv_row(pos, a.ring) * static_cast<int64_t>(a.k_row_bytes);
+      const uint8_t* vr = v_head + kv_row(pos, a.ring) * static_cast<int64_t>(a.v_row_bytes);
       for (int u = lane; u < k_units + v_units; u += 32) {
         if (u < k_units) {
           copy_unit_async(st + u * c.k_unit, kr + u * c.k_unit, c.k_unit);

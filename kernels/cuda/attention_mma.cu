@@ -67,14 +67,15 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
 // may be unwritten: NaN times a zero probability would still be NaN) and past hd.
 template <int kCode, int HD>
 __device__ __forceinline__ void load_tile_t(__half* dst, const uint8_t* base, size_t row_bytes,
-                                            int64_t off, int hd, int64_t p0, int64_t p_end) {
+                                            int64_t ring, int64_t off, int hd, int64_t p0,
+                                            int64_t p_end) {
   constexpr int kChunks = kMmaTile * HD / 8;
   for (int c = static_cast<int>(threadIdx.x); c < kChunks; c += kMmaThreads) {
     const int r = c / (HD / 8), d = c % (HD / 8) * 8;
     const int64_t pos = p0 + r;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (pos < p_end && d < hd) {
-      const uint8_t* row = base + pos * static_cast<int64_t>(row_bytes);
+      const uint8_t* row = base + kv_row(pos, ring) * static_cast<int64_t>(row_bytes);
       if constexpr (kCode == kKvF16) {
         // attention_mma_serves() guarantees whole, 16-byte aligned groups of 8 (see launch).
         v = *reinterpret_cast<const uint4*>(row + 2 * (off + d));
@@ -96,32 +97,32 @@ __device__ __forceinline__ void load_tile_t(__half* dst, const uint8_t* base, si
 
 template <int HD>
 __device__ __forceinline__ void load_tile(int code, __half* dst, const uint8_t* base,
-                                          size_t row_bytes, int64_t off, int hd, int64_t p0,
-                                          int64_t p_end) {
+                                          size_t row_bytes, int64_t ring, int64_t off, int hd,
+                                          int64_t p0, int64_t p_end) {
   switch (code) {
     case kKvF16:
-      load_tile_t<kKvF16, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      load_tile_t<kKvF16, HD>(dst, base, row_bytes, ring, off, hd, p0, p_end);
       break;
     case kKvQ8_0:
-      load_tile_t<kKvQ8_0, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      load_tile_t<kKvQ8_0, HD>(dst, base, row_bytes, ring, off, hd, p0, p_end);
       break;
     case kKvQ4_0:
-      load_tile_t<kKvQ4_0, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      load_tile_t<kKvQ4_0, HD>(dst, base, row_bytes, ring, off, hd, p0, p_end);
       break;
     case kKvBF16:
-      load_tile_t<kKvBF16, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      load_tile_t<kKvBF16, HD>(dst, base, row_bytes, ring, off, hd, p0, p_end);
       break;
     case kKvQ4_1:
-      load_tile_t<kKvQ4_1, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      load_tile_t<kKvQ4_1, HD>(dst, base, row_bytes, ring, off, hd, p0, p_end);
       break;
     case kKvQ5_0:
-      load_tile_t<kKvQ5_0, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      load_tile_t<kKvQ5_0, HD>(dst, base, row_bytes, ring, off, hd, p0, p_end);
       break;
     case kKvIQ4_NL:
-      load_tile_t<kKvIQ4_NL, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      load_tile_t<kKvIQ4_NL, HD>(dst, base, row_bytes, ring, off, hd, p0, p_end);
       break;
     default:
-      load_tile_t<kKvQ5_1, HD>(dst, base, row_bytes, off, hd, p0, p_end);
+      load_tile_t<kKvQ5_1, HD>(dst, base, row_bytes, ring, off, hd, p0, p_end);
       break;
   }
 }
@@ -183,8 +184,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(AttnArgs 
 
   for (int64_t p0 = p_start; p0 < p_end; p0 += kMmaTile) {
     __syncthreads();  // the previous tile is consumed
-    load_tile<HD>(a.k_code, ks, a.k, a.k_row_bytes, k_off, a.hd_k, p0, p_end);
-    load_tile<HD>(a.v_code, vs, a.v, a.v_row_bytes, v_off, a.hd_v, p0, p_end);
+    load_tile<HD>(a.k_code, ks, a.k, a.k_row_bytes, a.ring, k_off, a.hd_k, p0, p_end);
+    load_tile<HD>(a.v_code, vs, a.v, a.v_row_bytes, a.ring, v_off, a.hd_v, p0, p_end);
     __syncthreads();  // the tile (and, the first time, qs) is written
     if (p0 >= warp_vis || p0 + kMmaTile <= warp_first) continue;  // no row of the warp sees it
 

@@ -36,14 +36,21 @@ struct KvStoreSide {
   int64_t elems;
   const float* src;
   int64_t stride;
+  int64_t ring;  // DeviceKvLayer::ring (0: a row per position)
 };
+
+// The cache row of position pos: a sliding-window layer's ring (DeviceKvLayer::ring rows) keeps
+// position p in row p % ring, as the host cache does.
+__device__ __forceinline__ int64_t kv_row(int64_t pos, int64_t ring) {
+  return ring > 0 ? pos % ring : pos;
+}
 
 // F32 / F16 rows: one thread per element.
 __device__ __forceinline__ void kv_store_plain(const KvStoreSide& s, int64_t n_tokens,
                                                int64_t pos0) {
   for (int64_t i = grid_index(); i < n_tokens * s.elems; i += grid_stride()) {
     const int64_t t = i / s.elems, e = i % s.elems;
-    uint8_t* row = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes);
+    uint8_t* row = s.base + kv_row(pos0 + t, s.ring) * static_cast<int64_t>(s.row_bytes);
     const float x = s.src[t * s.stride + e];
     if (s.code == kKvF32) {
       reinterpret_cast<float*>(row)[e] = x;
@@ -70,7 +77,7 @@ __device__ __forceinline__ void kv_store_q8_0(const KvStoreSide& s, int64_t n_to
     for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, m));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * 34;
+    uint8_t* blk = s.base + kv_row(pos0 + t, s.ring) * static_cast<int64_t>(s.row_bytes) + b * 34;
     blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x * id)));
     if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
   }
@@ -112,7 +119,7 @@ __device__ __forceinline__ void kv_store_q4_0(const KvStoreSide& s, int64_t n_to
     // Rounded multiply, then add (no fused multiply-add), as the CPU computes it.
     const int q = min(15, static_cast<int>(__fadd_rn(__fmul_rn(x, id), 8.5f)));
     const int hi = __shfl_down_sync(0xFFFFFFFFu, q, 16);
-    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * 18;
+    uint8_t* blk = s.base + kv_row(pos0 + t, s.ring) * static_cast<int64_t>(s.row_bytes) + b * 18;
     if (lane < 16) blk[2 + lane] = static_cast<uint8_t>(q | (hi << 4));
     if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
   }
@@ -134,7 +141,8 @@ __device__ __forceinline__ void kv_store_q4q5(const KvStoreSide& s, int64_t n_to
   for (int64_t wb = grid_index() / 32; wb < n_blocks; wb += grid_stride() / 32) {
     const int64_t t = wb / blocks_per_row, b = wb % blocks_per_row;
     const float x = s.src[t * s.stride + b * 32 + lane];
-    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * kBlock;
+    uint8_t* blk =
+        s.base + kv_row(pos0 + t, s.ring) * static_cast<int64_t>(s.row_bytes) + b * kBlock;
     int q;
     if constexpr (kAffine) {
       float mn = x, mx = x;
@@ -211,7 +219,7 @@ __device__ __forceinline__ void kv_store_iq4_nl(const KvStoreSide& s, int64_t n_
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     q = iq4nl_index(__fmul_rn(x, id));
     const int hi = __shfl_down_sync(0xFFFFFFFFu, q, 16);
-    uint8_t* blk = s.base + (pos0 + t) * static_cast<int64_t>(s.row_bytes) + b * 18;
+    uint8_t* blk = s.base + kv_row(pos0 + t, s.ring) * static_cast<int64_t>(s.row_bytes) + b * 18;
     if (lane < 16) blk[2 + lane] = static_cast<uint8_t>(q | (hi << 4));
     if (lane == 0) *reinterpret_cast<__half*>(blk) = dh;
   }

@@ -106,7 +106,7 @@ void kv_shift(const DeviceKvLayer& kv, int64_t n_past, int64_t n_keep, int64_t n
         scratch, heads, head_dim, n_rot / 2, a);
     MOE_CUDA_CHECK(cudaGetLastError());
     if (rot) hadamard_rows(scratch, n, kv.k_elems, kv.k_elems, rot, stream);
-    const KvStoreSide side{k, kv.k_row_bytes, code, kv.k_elems, scratch, kv.k_elems};
+    const KvStoreSide side{k, kv.k_row_bytes, code, kv.k_elems, scratch, kv.k_elems, 0};
     store_rows_kernel<<<elem_blocks(floats), kElemThreads, 0, stream>>>(side, n, dst);
     MOE_CUDA_CHECK(cudaGetLastError());
     // n <= n_discard: the source and destination rows do not overlap.

@@ -41,7 +41,8 @@ struct Cache {
   cuda::DeviceBuffer k, v;
 };
 
-Cache make_cache(GgmlType kt, GgmlType vt, const Shape& s, int64_t n_ctx) {
+// `ring` > 0: a sliding-window ring of that many rows (DeviceKvLayer::ring) for n_ctx positions.
+Cache make_cache(GgmlType kt, GgmlType vt, const Shape& s, int64_t n_ctx, int64_t ring = 0) {
   Cache c;
   c.kv.k_type = kt;
   c.kv.v_type = vt;
@@ -50,8 +51,10 @@ Cache make_cache(GgmlType kt, GgmlType vt, const Shape& s, int64_t n_ctx) {
   c.kv.k_row_bytes = static_cast<size_t>(*ggml_row_bytes(kt, static_cast<uint64_t>(c.kv.k_elems)));
   c.kv.v_row_bytes = static_cast<size_t>(*ggml_row_bytes(vt, static_cast<uint64_t>(c.kv.v_elems)));
   c.kv.n_ctx = n_ctx;
-  c.k = cuda::DeviceBuffer(c.kv.k_row_bytes * static_cast<size_t>(n_ctx));
-  c.v = cuda::DeviceBuffer(c.kv.v_row_bytes * static_cast<size_t>(n_ctx));
+  c.kv.ring = ring;
+  const auto rows = static_cast<size_t>(ring > 0 ? ring : n_ctx);
+  c.k = cuda::DeviceBuffer(c.kv.k_row_bytes * rows);
+  c.v = cuda::DeviceBuffer(c.kv.v_row_bytes * rows);
   // Unwritten rows hold NaN bit patterns: attention must never read them.
   MOE_CUDA_CHECK(cudaMemset(c.k.get(), 0xFF, c.k.size()));
   MOE_CUDA_CHECK(cudaMemset(c.v.get(), 0xFF, c.v.size()));
@@ -245,6 +248,48 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
   attention(c2.kv, dq.as<float>(), q_stride, P.n_tokens, 0, s.n_head, s.n_head_kv, s.hd_k, s.hd_v,
             scale, dout3.as<float>(), dws3.get(), ws_dev, nullptr, dpos.as<int32_t>(), mask);
   EXPECT_EQ(test::to_host<float>(dout3, static_cast<size_t>(out_n)), out);
+
+  if (P.window > 0) {
+    // A sliding-window ring of just the rows the batch needs (or a few more), the history stored
+    // through it in steps that fit: bit for bit the full cache's result, the position on the host
+    // and on the device.
+    const int64_t ring = P.window + P.n_tokens - 1 + static_cast<int64_t>(rng() % 4);
+    SCOPED_TRACE("ring " + std::to_string(ring));
+    Cache r = make_cache(P.k_type, P.v_type, s, n_kv + 3, ring);
+    for (int64_t p = 0; p < P.pos0; p += ring) {
+      const int64_t m = std::min(ring, P.pos0 - p);
+      kv_store(r.kv, dk.as<float>() + p * ke, dv.as<float>() + p * ve, m, p, nullptr);
+    }
+    kv_store(r.kv, dk.as<float>() + P.pos0 * ke, dv.as<float>() + P.pos0 * ve, P.n_tokens, 0,
+             nullptr, dpos.as<int32_t>());
+    ASSERT_EQ(attention_uses_tensor_cores(r.kv, P.n_tokens, s.n_head, s.n_head_kv, s.hd_k, s.hd_v),
+              tc);
+    cuda::DeviceBuffer dout5(static_cast<size_t>(out_n) * sizeof(float));
+    attention(r.kv, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv, s.hd_k,
+              s.hd_v, scale, dout5.as<float>(), nullptr, mask);
+    EXPECT_EQ(test::to_host<float>(dout5, static_cast<size_t>(out_n)), out);
+    attention(r.kv, dq.as<float>(), q_stride, P.n_tokens, 0, s.n_head, s.n_head_kv, s.hd_k, s.hd_v,
+              scale, dout5.as<float>(), dws3.get(), ws_dev, nullptr, dpos.as<int32_t>(), mask);
+    EXPECT_EQ(test::to_host<float>(dout5, static_cast<size_t>(out_n)), out);
+    // A ring that would lose part of the first token's window, or rows of the batch itself, is
+    // refused before anything runs.
+    DeviceKvLayer small = r.kv;
+    small.ring = P.window + P.n_tokens - 2;
+    if (small.ring > 0) {
+      test::expect_error(
+          [&] {
+            attention(small, dq.as<float>(), q_stride, P.n_tokens, P.pos0, s.n_head, s.n_head_kv,
+                      s.hd_k, s.hd_v, scale, dout5.as<float>(), nullptr, mask);
+          },
+          "ring of");
+    }
+    small.ring = P.n_tokens - 1;
+    if (small.ring > 0) {
+      test::expect_error(
+          [&] { kv_store(small, dk.as<float>(), dv.as<float>(), P.n_tokens, P.pos0, nullptr); },
+          "sliding-window ring");
+    }
+  }
 
   if (P.window == 0 && !P.sinks) {
     // A mask that changes nothing is the unmasked computation, bit for bit: a window wider than

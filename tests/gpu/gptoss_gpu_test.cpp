@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "common/gguf.h"
 #include "coordinator/gpu/gpt_oss_gpu.h"
 #include "coordinator/model/model_arch.h"
@@ -136,6 +137,111 @@ TEST(GptOssGpu, QuantizedKvCachesMatchCpu) {
     EXPECT_LE(d.max, kLogitMax);
     EXPECT_LE(d.rms(), kLogitRms);
   }
+}
+
+// Some token ids, from a fixed generator (the model is random anyway).
+std::vector<int32_t> some_tokens(int64_t n, int32_t salt) {
+  std::vector<int32_t> t;
+  for (int64_t i = 0; i < n; ++i) {
+    t.push_back(static_cast<int32_t>((i * 7919 + salt * 104729) % 2000));
+  }
+  return t;
+}
+
+// Last-row logits after each token, fed one at a time.
+std::vector<float> one_by_one(ModelArch& m, KvCache& c, const std::vector<int32_t>& toks) {
+  std::vector<float> out, row(static_cast<size_t>(m.config().n_vocab));
+  for (const int32_t t : toks) {
+    m.forward({&t, 1}, c, LogitsMode::Last, row.data(), nullptr);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+// The sliding-window layers keep only a ring in VRAM (the tiny model's window 8 + a slack of 4:
+// 12 rows, as on the CPU): token by token (the decode step's graph included) the logits are
+// those of every position kept (--swa-full) bit for bit; a prompt in one batch goes through the
+// rings in steps and stays within float reordering of the whole batch; going back by a
+// truncation within the slack, to a checkpoint and through a slot image gives the logits of the
+// straight run; a context shift is refused, naming the flag that allows it, and changes nothing.
+TEST(GptOssGpu, SlidingWindowRingsInVram) {
+  REQUIRE_GPU();
+  const auto file = moe::gguf::GgufFile::open(model_path());
+  moe::cpu::ThreadPool pool(2);
+  GptOssGpu gpu(file, pool, nullptr, options(kPlacements[0]));
+  KvConfig ring = KvConfig::uniform(KvType::F16, KvType::F16);
+  ring.swa_slack = 4;
+  KvConfig full = ring;
+  full.swa_full = true;
+  const auto head = some_tokens(30, 2), went = some_tokens(10, 3), goes = some_tokens(12, 4);
+
+  KvCache f = gpu.make_cache(128, full);
+  ASSERT_EQ(f.ring_rows(0), 0);
+  const std::vector<float> want_head = one_by_one(gpu, f, head);
+  const std::vector<float> want = one_by_one(gpu, f, goes);
+  KvCache r = gpu.make_cache(128, ring);
+  ASSERT_EQ(r.ring_rows(0), 12);
+  ASSERT_EQ(r.ring_rows(1), 0);
+  EXPECT_EQ(one_by_one(gpu, r, head), want_head);
+  EXPECT_EQ(one_by_one(gpu, r, goes), want);
+
+  // The prompt in one batch: 30 tokens through a ring that takes 5 at a time.
+  const int64_t V = gpu.config().n_vocab;
+  std::vector<float> a(static_cast<size_t>(30 * V)), b(a.size());
+  KvCache rb = gpu.make_cache(128, ring), fb = gpu.make_cache(128, full);
+  gpu.forward(head, rb, LogitsMode::All, a.data(), nullptr);
+  gpu.forward(head, fb, LogitsMode::All, b.data(), nullptr);
+  Diff batch;
+  batch.add(a.data(), b.data(), static_cast<int64_t>(a.size()));
+  std::printf("[gptoss-gpu] rings: a batch of 30 against every position kept: max %.2e\n",
+              batch.max);
+  EXPECT_LE(batch.max, 1e-3);
+  Diff then;
+  const std::vector<float> after = one_by_one(gpu, rb, goes);
+  then.add(after.data(), want.data(), static_cast<int64_t>(want.size()));
+  EXPECT_LE(then.max, 1e-3);
+
+  // Back by 3 after a detour of 3 (within the slack).
+  KvCache t = gpu.make_cache(128, ring);
+  one_by_one(gpu, t, head);
+  one_by_one(gpu, t, std::vector<int32_t>(went.begin(), went.begin() + 3));
+  ASSERT_TRUE(t.can_truncate_to(30));
+  t.truncate(30);
+  EXPECT_EQ(one_by_one(gpu, t, goes), want);
+
+  // Back by 10 needs the checkpoint, whose copy of the rings is restored with it.
+  KvCache c = gpu.make_cache(128, ring);
+  one_by_one(gpu, c, head);
+  gpu.save_checkpoint(c);
+  one_by_one(gpu, c, went);
+  EXPECT_FALSE(c.can_truncate_to(30));
+  ASSERT_TRUE(gpu.restore_checkpoint(c));
+  EXPECT_EQ(c.n_past(), 30);
+  EXPECT_EQ(one_by_one(gpu, c, goes), want);
+
+  // A slot image holds a ring's last 12 rows in position order and imports into a new sequence.
+  KvCache e = gpu.make_cache(128, ring);
+  one_by_one(gpu, e, head);
+  SequenceImage img;
+  gpu.export_sequence(e, img);
+  EXPECT_EQ(img.layers[0].k.size(), 12 * e.k_row_size(0));
+  EXPECT_EQ(img.layers[1].k.size(), 30 * e.k_row_size(1));
+  KvCache i = gpu.make_cache(128, ring);
+  gpu.import_sequence(i, img);
+  EXPECT_EQ(i.n_past(), 30);
+  EXPECT_EQ(one_by_one(gpu, i, goes), want);
+
+  // A context shift is refused on a ring in VRAM.
+  KvCache sh = gpu.make_cache(128, ring);
+  one_by_one(gpu, sh, head);
+  try {
+    gpu.shift_context(sh, 4, 10);
+    ADD_FAILURE() << "a context shift on a ring in VRAM went through";
+  } catch (const moe::Error& ex) {
+    EXPECT_NE(std::string(ex.what()).find("--swa-full"), std::string::npos) << ex.what();
+  }
+  EXPECT_EQ(sh.n_past(), 30);
+  EXPECT_EQ(one_by_one(gpu, sh, goes), want);
 }
 
 }  // namespace

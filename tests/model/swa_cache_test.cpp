@@ -153,7 +153,8 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // How far truncate() may go back counts from the furthest position stored, not from n_past():
-// after going back, the rows past the new end still overwrote older positions of the ring.
+// after going back, the rows past the new end still overwrote older positions of the ring. A
+// cache whose rows live in VRAM has the same rings (the GPU forward allocates them).
 TEST(SwaCache, TruncationCountsFromTheFurthestRowStored) {
   const auto file = moe::gguf::GgufFile::open(model_path());
   const ModelConfig cfg = ModelConfig::from_gguf(file);
@@ -177,6 +178,14 @@ TEST(SwaCache, TruncationCountsFromTheFurthestRowStored) {
   c.clear();
   c.advance(5);
   EXPECT_TRUE(c.can_truncate_to(1));
+
+  KvCache vram(cfg, 64, ring_config(), KvStorage::None);
+  EXPECT_EQ(vram.ring_rows(0), 12);
+  EXPECT_EQ(vram.ring_rows(1), 0);
+  EXPECT_EQ(vram.max_step(0), 5);
+  EXPECT_EQ(vram.bytes(), c.bytes());
+  EXPECT_TRUE(vram.needs_checkpoints());
+  EXPECT_EQ(KvCache(cfg, 64, full_config(), KvStorage::None).ring_rows(0), 0);
 }
 
 TEST(SwaCache, GptOssOnARingMatchesEveryPositionKept) {
