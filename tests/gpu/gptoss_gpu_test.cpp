@@ -70,52 +70,65 @@ int64_t free_greedy(ModelArch& m, const Golden& g) {
   return agree;
 }
 
-class GptOssGpuGolden : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GptOssGpuGolden, MatchesGoldensAndCpuPath) {
+// Each placement over both golden prompts: own routing is counted over all their (token, layer)
+// sets, as the README's bound reads, and with the golden routing forced the router agrees with
+// the golden sets except where they are near ties (a divergence under own routing then compounds:
+// one early flip changes the hidden states of every later position).
+TEST(GptOssGpuGolden, MatchesGoldensAndCpuPath) {
   REQUIRE_GPU();
-  const std::string prompt = GetParam();
   const auto file = moe::gguf::GgufFile::open(model_path());
   moe::cpu::ThreadPool pool(2);
   auto cpu = create_model_arch(file, pool);
   const int64_t L = cpu->config().n_layer, V = cpu->config().n_vocab;
-  const Golden g = moe::test::load_golden(golden_dir(prompt), L, kExtras);
-  const std::vector<float> ref = moe::test::run_forced(*cpu, g, KvType::F32);
-  int64_t must = 0;
-  while (must < g.n_greedy() && golden_margin(g, must, V) > kMargin) ++must;
   for (const Placement& p : kPlacements) {
-    SCOPED_TRACE(prompt + " [" + p.name + "]");
     GptOssGpu gpu(file, pool, nullptr, options(p));
-    const moe::test::GoldenRun run = moe::test::run_golden(gpu, g, kNearTie, kExtras);
-    const Diff& dp = run.logits.prompt;
-    const Diff& dd = run.logits.decode;
-    EXPECT_LE(dp.max, kLogitMax);
-    EXPECT_LE(dp.rms(), kLogitRms);
-    EXPECT_LE(dd.max, kLogitMax);
-    EXPECT_LE(dd.rms(), kLogitRms);
-    EXPECT_GE(static_cast<double>(run.own.eq()), 0.95 * static_cast<double>(run.own.n()));
-    EXPECT_GE(run.free.agree, must) << "host-routed greedy token " << run.free.agree << " differs";
-    const std::vector<float> got = moe::test::run_forced(gpu, g, KvType::F32);
-    ASSERT_EQ(got.size(), ref.size());
-    Diff vs_cpu;
-    vs_cpu.add(got.data(), ref.data(), static_cast<int64_t>(got.size()));
-    EXPECT_LE(vs_cpu.max, kLogitMax);
-    EXPECT_LE(vs_cpu.rms(), kLogitRms);
-    const int64_t agree = free_greedy(gpu, g);
-    EXPECT_GE(agree, must) << "device-routed greedy token " << agree << " differs";
-    std::printf(
-        "[gptoss-gpu] %-4s %-22s forced: prompt max %.4f rms %.5f | greedy max %.4f rms %.5f | "
-        "vs CPU max %.4f rms %.5f | own sets %.1f%% | greedy %lld (hooks) %lld (device) of %lld, "
-        "margin holds for %lld\n",
-        prompt.c_str(), p.name, dp.max, dp.rms(), dd.max, dd.rms(), vs_cpu.max, vs_cpu.rms(),
-        100.0 * static_cast<double>(run.own.eq()) / static_cast<double>(run.own.n()),
-        static_cast<long long>(run.free.agree), static_cast<long long>(agree),
-        static_cast<long long>(g.n_greedy()), static_cast<long long>(must));
+    int64_t own_eq = 0, own_n = 0;
+    for (const std::string prompt : {"raw", "chat"}) {
+      SCOPED_TRACE(prompt + " [" + p.name + "]");
+      const Golden g = moe::test::load_golden(golden_dir(prompt), L, kExtras);
+      const std::vector<float> ref = moe::test::run_forced(*cpu, g, KvType::F32);
+      int64_t must = 0;
+      while (must < g.n_greedy() && golden_margin(g, must, V) > kMargin) ++must;
+      const moe::test::GoldenRun run = moe::test::run_golden(gpu, g, kNearTie, kExtras);
+      const Diff& dp = run.logits.prompt;
+      const Diff& dd = run.logits.decode;
+      EXPECT_LE(dp.max, kLogitMax);
+      EXPECT_LE(dp.rms(), kLogitRms);
+      EXPECT_LE(dd.max, kLogitMax);
+      EXPECT_LE(dd.rms(), kLogitRms);
+      EXPECT_EQ(run.shadow.mismatches_not_near_tie, 0)
+          << "router disagrees beyond a near tie (max gap " << run.shadow.max_gap << ")";
+      own_eq += run.own.eq();
+      own_n += run.own.n();
+      EXPECT_GE(run.free.agree, must)
+          << "host-routed greedy token " << run.free.agree << " differs";
+      const std::vector<float> got = moe::test::run_forced(gpu, g, KvType::F32);
+      ASSERT_EQ(got.size(), ref.size());
+      Diff vs_cpu;
+      vs_cpu.add(got.data(), ref.data(), static_cast<int64_t>(got.size()));
+      EXPECT_LE(vs_cpu.max, kLogitMax);
+      EXPECT_LE(vs_cpu.rms(), kLogitRms);
+      const int64_t agree = free_greedy(gpu, g);
+      EXPECT_GE(agree, must) << "device-routed greedy token " << agree << " differs";
+      std::printf(
+          "[gptoss-gpu] %-4s %-22s forced: prompt max %.4f rms %.5f | greedy max %.4f rms %.5f | "
+          "vs CPU max %.4f rms %.5f | shadow: %lld of %lld sets differ (max gap %.4f) | own sets "
+          "%.1f%% (first divergence at %lld) | greedy %lld (hooks) %lld (device) of %lld, margin "
+          "holds for %lld\n",
+          prompt.c_str(), p.name, dp.max, dp.rms(), dd.max, dd.rms(), vs_cpu.max, vs_cpu.rms(),
+          static_cast<long long>(run.shadow.n() - run.shadow.eq()),
+          static_cast<long long>(run.shadow.n()), run.shadow.max_gap,
+          100.0 * static_cast<double>(run.own.eq()) / static_cast<double>(run.own.n()),
+          static_cast<long long>(run.own.first_div_pos == INT64_MAX ? -1 : run.own.first_div_pos),
+          static_cast<long long>(run.free.agree), static_cast<long long>(agree),
+          static_cast<long long>(g.n_greedy()), static_cast<long long>(must));
+    }
+    SCOPED_TRACE(p.name);
+    EXPECT_GE(static_cast<double>(own_eq), 0.95 * static_cast<double>(own_n));
+    std::printf("[gptoss-gpu] %-22s own routing over both prompts: %lld of %lld sets equal\n",
+                p.name, static_cast<long long>(own_eq), static_cast<long long>(own_n));
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(Prompts, GptOssGpuGolden, ::testing::Values("raw", "chat"),
-                         [](const auto& info) { return info.param; });
 
 // Quantized KV caches on the GPU give the CPU path's logits (forced routing), within the bounds
 // the qwen GPU tests use for the tiny F16 models: a q4_0 step of the cache is larger than the
@@ -185,21 +198,29 @@ TEST(GptOssGpu, SlidingWindowRingsInVram) {
   EXPECT_EQ(one_by_one(gpu, r, head), want_head);
   EXPECT_EQ(one_by_one(gpu, r, goes), want);
 
-  // The prompt in one batch: 30 tokens through a ring that takes 5 at a time.
+  // The prompt in one batch: 30 tokens through a ring that takes 5 at a time. With f32 rows the
+  // f32 kernel serves both (f16 rows would put the whole batch on tensor cores, which round),
+  // so only the order of a few sums differs.
   const int64_t V = gpu.config().n_vocab;
   std::vector<float> a(static_cast<size_t>(30 * V)), b(a.size());
-  KvCache rb = gpu.make_cache(128, ring), fb = gpu.make_cache(128, full);
+  KvConfig ring32 = KvConfig::uniform(KvType::F32, KvType::F32);
+  ring32.swa_slack = 4;
+  KvConfig full32 = ring32;
+  full32.swa_full = true;
+  KvCache rb = gpu.make_cache(128, ring32), fb = gpu.make_cache(128, full32);
   gpu.forward(head, rb, LogitsMode::All, a.data(), nullptr);
   gpu.forward(head, fb, LogitsMode::All, b.data(), nullptr);
   Diff batch;
   batch.add(a.data(), b.data(), static_cast<int64_t>(a.size()));
   std::printf("[gptoss-gpu] rings: a batch of 30 against every position kept: max %.2e\n",
               batch.max);
-  EXPECT_LE(batch.max, 1e-3);
+  EXPECT_LE(batch.max, 1e-4);
   Diff then;
   const std::vector<float> after = one_by_one(gpu, rb, goes);
-  then.add(after.data(), want.data(), static_cast<int64_t>(want.size()));
-  EXPECT_LE(then.max, 1e-3);
+  const std::vector<float> after_full = one_by_one(gpu, fb, goes);
+  then.add(after.data(), after_full.data(), static_cast<int64_t>(after.size()));
+  std::printf("[gptoss-gpu] rings: then 12 tokens one by one: max %.2e\n", then.max);
+  EXPECT_LE(then.max, 1e-4);
 
   // Back by 3 after a detour of 3 (within the slack).
   KvCache t = gpu.make_cache(128, ring);
