@@ -293,6 +293,81 @@ __global__ void __launch_bounds__(kRowThreads) gemv_float_row_kernel(Args a) {
   }
 }
 
+// ---- 16-bit float weights, one activation row, many outputs: a warp per output row --------------
+//
+// For the output head and the attention projections of 16-bit models (gpt-oss's bf16) the
+// block-per-row kernel above keeps 256 threads on a row of a few thousand 2-byte weights: each
+// thread loads 2 bytes a step and the block's reduction costs more than its loads. A warp per
+// row reads 8 weights (16 bytes) per lane and step, two steps in flight, and reduces with
+// shuffles. Matrices of fewer rows (the routers, whose device kernel reproduces the block-per-row
+// sum bit for bit, router.cu) keep the kernel above.
+
+constexpr int kWarpRowThreads = 256;  // 8 output rows per block
+constexpr int kWarpRows = kWarpRowThreads / 32;
+constexpr int64_t kWarpRowMinOut = 1024;
+
+// Eight 16-bit weights of one 16-byte load as floats.
+template <class Dec>
+__device__ __forceinline__ void decode_half8(const uint4 v, float (&w)[8]) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<Dec, dq::BF16>) {
+      w[2 * i] = __uint_as_float(u[i] << 16);
+      w[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+      w[2 * i] = f.x;
+      w[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Needs n_in % 8 == 0, 16-byte aligned weight rows and float4-aligned activations, one group
+// (gemv_half_warp_serves).
+template <class Dec>
+__global__ void __launch_bounds__(kWarpRowThreads) gemv_half_warp_kernel(Args a) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRows + warp;
+  if (o >= a.n_out) return;
+  const auto* wr = reinterpret_cast<const uint4*>(a.w + o * static_cast<int64_t>(a.row_bytes));
+  const int64_t n_vec = a.n_in / 8;
+  for (int64_t j = 0; j < a.n_rows; ++j) {
+    const auto* x = reinterpret_cast<const float4*>(x_row(a, j));
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t v = lane;
+    for (; v + 32 < n_vec; v += 64) {  // two loads in flight per lane
+      const uint4 q0 = __ldg(wr + v), q1 = __ldg(wr + v + 32);
+      const float4 x0 = __ldg(x + 2 * v), x1 = __ldg(x + 2 * v + 1);
+      const float4 x2 = __ldg(x + 2 * v + 64), x3 = __ldg(x + 2 * v + 65);
+      float w0[8], w1[8];
+      decode_half8<Dec>(q0, w0);
+      decode_half8<Dec>(q1, w1);
+      acc[0] = fmaf(w0[0], x0.x, fmaf(w0[1], x0.y, fmaf(w0[2], x0.z, fmaf(w0[3], x0.w, acc[0]))));
+      acc[1] = fmaf(w0[4], x1.x, fmaf(w0[5], x1.y, fmaf(w0[6], x1.z, fmaf(w0[7], x1.w, acc[1]))));
+      acc[2] = fmaf(w1[0], x2.x, fmaf(w1[1], x2.y, fmaf(w1[2], x2.z, fmaf(w1[3], x2.w, acc[2]))));
+      acc[3] = fmaf(w1[4], x3.x, fmaf(w1[5], x3.y, fmaf(w1[6], x3.z, fmaf(w1[7], x3.w, acc[3]))));
+    }
+    for (; v < n_vec; v += 32) {
+      const uint4 q0 = __ldg(wr + v);
+      const float4 x0 = __ldg(x + 2 * v), x1 = __ldg(x + 2 * v + 1);
+      float w0[8];
+      decode_half8<Dec>(q0, w0);
+      acc[0] = fmaf(w0[0], x0.x, fmaf(w0[1], x0.y, fmaf(w0[2], x0.z, fmaf(w0[3], x0.w, acc[0]))));
+      acc[1] = fmaf(w0[4], x1.x, fmaf(w0[5], x1.y, fmaf(w0[6], x1.z, fmaf(w0[7], x1.w, acc[1]))));
+    }
+    const float s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+    if (lane == 0) a.y[j * a.n_out + o] = s;
+  }
+}
+
+// Whether gemv_half_warp_kernel takes the product (checked on the host: one group of one
+// activation row, and the alignments its vector loads need).
+inline bool gemv_half_warp_serves(const WeightProduct& p, const Args& a) {
+  return !p.offsets && p.n_rows == 1 && p.n_out >= kWarpRowMinOut && p.n_in % 8 == 0 &&
+         p.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && a.x_vec4;
+}
+
 // ---- tiled: 64 output rows × 64 activation rows per block, K in steps of 32 ---------------------
 
 constexpr int kTileO = 64;
@@ -423,7 +498,15 @@ void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
     if (p.max_rows_per_group == 1 && launch_gemv_q4k(a, n_groups, stream)) return;
   } else if constexpr (std::is_same_v<Dec, dq::Q6_K>) {
     if (p.max_rows_per_group == 1 && launch_gemv_q6k(a, n_groups, stream)) return;
-  } else if constexpr (Dec::kPer == 1) {
+  } else if constexpr (std::is_same_v<Dec, dq::F16> || std::is_same_v<Dec, dq::BF16>) {
+    if (gemv_half_warp_serves(p, a)) {
+      gemv_half_warp_kernel<Dec>
+          <<<static_cast<unsigned>(ceil_div(p.n_out, kWarpRows)), kWarpRowThreads, 0, stream>>>(a);
+      MOE_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+  }
+  if constexpr (Dec::kPer == 1) {
     if (p.max_rows_per_group == 1) {
       gemv_float_row_kernel<Dec>
           <<<dim3(static_cast<unsigned>(p.n_out), n_groups), kRowThreads, 0, stream>>>(a);

@@ -160,6 +160,47 @@ TEST(MatmulCuda, Q6KDecodeGemvOnLargeShapes) {
   }
 }
 
+// 16-bit float weights with many outputs (an output head, gpt-oss's bf16 projections): one
+// activation row goes to a warp per output row with 16-byte loads when the rows and activations
+// are aligned for them, else to the block-per-row kernel. Both against the reference: rows
+// shorter than a warp's loads, an odd tail of loads, rows of a length not a multiple of 8, padded
+// rows and unaligned activations.
+TEST(MatmulCuda, HalfWeightsOnManyOutputs) {
+  MOE_REQUIRE_GPU();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  struct Shape {
+    int64_t n_in, n_out;
+    size_t pad;
+    int64_t x_off;
+  };
+  for (const GgmlType type : {GgmlType::F16, GgmlType::BF16}) {
+    for (const Shape& sh : {Shape{2880, 1030, 0, 0}, Shape{72, 1024, 0, 0}, Shape{520, 2049, 0, 0},
+                            Shape{2884, 1030, 0, 0}, Shape{2880, 1030, 2, 0},
+                            Shape{2880, 1030, 0, 1}, Shape{2880, 1023, 0, 0}}) {
+      const HostMatrix m = random_matrix(type, sh.n_in, sh.n_out, sh.pad, rng);
+      const auto dw = test::to_device(m.bytes);
+      DeviceMatrix w = make_device_matrix(type, dw.get(), sh.n_in, sh.n_out);
+      w.row_bytes = m.row_bytes;
+      for (const int64_t n_rows : {1, 2}) {
+        const auto x = test::random_floats(n_rows * sh.n_in, rng);
+        std::vector<float> xb(static_cast<size_t>(sh.x_off), 0.0f);
+        xb.insert(xb.end(), x.begin(), x.end());
+        const auto dx = test::to_device(xb);
+        const auto dy =
+            test::to_device(std::vector<float>(static_cast<size_t>(n_rows * sh.n_out), NAN));
+        matmul(w, dx.as<float>() + sh.x_off, n_rows, dy.as<float>(), nullptr);
+        const auto y = test::to_host<float>(dy, static_cast<size_t>(n_rows * sh.n_out));
+        EXPECT_LE(test::normalized_error(y, reference(m, x, n_rows, sh.n_in, sh.n_out)),
+                  test::gpu_product_tolerance(type, n_rows))
+            << ggml_type_label(static_cast<uint32_t>(type)) << " " << sh.n_in << " x " << sh.n_out
+            << " pad " << sh.pad << " x_off " << sh.x_off << " rows " << n_rows;
+      }
+    }
+  }
+}
+
 TEST(MatmulCuda, RejectsUnsupportedTypesAndBadShapes) {
   const void* fake = reinterpret_cast<const void*>(uintptr_t{0x10000});
   for (const GgmlType t : test::computable_types()) EXPECT_TRUE(cuda_type_supported(t));
