@@ -134,8 +134,8 @@ void add_options(CLI::App& app, Options& o) {
                  "cache; 0: one copy, read from L2)")
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   app.add_option("--only", o.only, "run one group of cases only")
-      ->check(
-          CLI::IsMember({"norms", "gemv", "router", "experts", "attention", "depth", "combine"}));
+      ->check(CLI::IsMember(
+          {"norms", "gemv", "router", "experts", "attention", "depth", "combine", "gemm"}));
 }
 
 // The ceiling: a device-to-device copy reads and writes each byte once.
@@ -517,6 +517,66 @@ void bench_combine_and_topk(Bench& b) {
          0, ceiling);
 }
 
+// Prefill products per weight type and tokens per weight matrix (1-8: the GEMV; more: the
+// tensor-core kernel, int8 on sm_80+ unless MOE_CUDA_MMQ=0): the q projection (2048 x 4096) as
+// one matrix, and a layer's expert gate (2048 x 768 each) with that many tokens for each of
+// min(128, 4096 / tokens) experts. TOPS counts 2 operations per weight and token.
+void bench_gemm(Bench& b) {
+  const Options& o = b.o;
+  std::mt19937& rng = b.rng;
+  std::printf("products on %s tensor cores beyond 8 tokens\n",
+              moe::cuda::int8_products_enabled() ? "int8" : "FP16");
+  constexpr int64_t kMaxRows = 4096;
+  const std::vector<float> xh = moe::test::random_floats(kMaxRows * E, rng);
+  DeviceBuffer x(xh.size() * sizeof(float)), y(size_t{kMaxRows} * 4096 * sizeof(float));
+  MOE_CUDA_CHECK(cudaMemcpy(x.get(), xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<int32_t> ident(kMaxRows + 1);
+  for (size_t i = 0; i < ident.size(); ++i) ident[i] = static_cast<int32_t>(i);
+  DeviceBuffer did(ident.size() * 4);
+  MOE_CUDA_CHECK(cudaMemcpy(did.get(), ident.data(), ident.size() * 4, cudaMemcpyHostToDevice));
+  const auto tops = [](double us, int64_t rows, int64_t n_in, int64_t n_out) {
+    return 2.0 * static_cast<double>(rows * n_in * n_out) / us / 1e6;
+  };
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q8_0,
+                           GgmlType::Q4_0, GgmlType::IQ4_XS, GgmlType::MXFP4}) {
+    const std::string tn(moe::ggml_type_info_or_throw(t).name);
+    const Rotated q = rotated_matrices(t, E, 4096, o, rng);
+    const Rotated experts =
+        rotated_matrices(t, E, F * X, Options{o.launches, o.repeats, 0, ""}, rng);
+    const size_t erb = *moe::ggml_row_bytes(t, static_cast<uint64_t>(E));
+    const size_t eb = erb * static_cast<size_t>(F);  // one expert's matrix
+    std::vector<const void*> ptrs;
+    for (int e = 0; e < X; ++e) ptrs.push_back(experts.copy(0) + static_cast<size_t>(e) * eb);
+    DeviceBuffer dptrs(ptrs.size() * sizeof(void*));
+    MOE_CUDA_CHECK(
+        cudaMemcpy(dptrs.get(), ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+    for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64, 512}) {
+      const double us_q = time_per_launch(o, [&](cudaStream_t s, int i) {
+        const auto m = moe::cuda::make_device_matrix(t, q.copy(i), E, 4096);
+        moe::cuda::matmul(m, x.as<float>(), rows, y.as<float>(), s);
+      });
+      const int64_t groups = std::min<int64_t>(X, std::max<int64_t>(1, kMaxRows / rows));
+      // Group g's rows are g * rows .. : offsets are the identity scaled by rows.
+      std::vector<int32_t> offsets(static_cast<size_t>(groups + 1));
+      for (int64_t g = 0; g <= groups; ++g)
+        offsets[static_cast<size_t>(g)] = static_cast<int32_t>(g * rows);
+      DeviceBuffer doff(offsets.size() * 4);
+      MOE_CUDA_CHECK(
+          cudaMemcpy(doff.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+      const double us_e = time_per_launch(o, [&](cudaStream_t s, int) {
+        moe::cuda::grouped_matmul(t, E, F, erb, dptrs.as<const void*>(), doff.as<int32_t>(),
+                                  static_cast<int32_t>(groups), did.as<int32_t>(), groups * rows,
+                                  rows, x.as<float>(), E, y.as<float>(), s);
+      });
+      std::printf(
+          "%-7s %4lld tokens: q 2048x4096 %9.2f us %7.1f TOPS | %3lld experts 2048x768 %9.2f us "
+          "%7.1f TOPS\n",
+          tn.c_str(), static_cast<long long>(rows), us_q, tops(us_q, rows, E, 4096),
+          static_cast<long long>(groups), us_e, tops(us_e, groups * rows, E, F));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -538,6 +598,7 @@ int main(int argc, char** argv) {
     run("attention", bench_attention);
     run("depth", bench_attention_depth);
     run("combine", bench_combine_and_topk);
+    run("gemm", bench_gemm);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe-bench-cuda-kernels: %s\n", e.what());
     return 1;

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dequant_device.cuh"
+#include "kernels/cuda/matmul.h"
 #include "kernels/cuda/weight_product.h"
 
 namespace moe::cuda::detail {
@@ -469,6 +470,7 @@ __global__ void __launch_bounds__(kTileThreads) gemm_tiled_kernel(Args a) {
 }  // namespace moe::cuda::detail
 
 #include "kernels/cuda/matmul_mma.cuh"
+#include "kernels/cuda/matmul_mmq.cuh"
 
 namespace moe::cuda::detail {
 
@@ -522,11 +524,19 @@ void launch_weight_product_typed(const WeightProduct& p, cudaStream_t stream) {
       gemv_kernel<Dec, 8><<<grid, kGemvThreads, 0, stream>>>(a);
     }
   } else if constexpr (Dec::kPer == 8) {
-    // Quantized blocks: FP16 tensor cores (matmul_mma.cuh).
-    const int64_t row_tiles = std::min<int64_t>(ceil_div(p.max_rows_per_group, kMmaR), 65535);
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kMmaO)), n_groups,
-                    static_cast<unsigned>(row_tiles));
-    gemm_mma_kernel<Dec><<<grid, kMmaThreads, 0, stream>>>(a);
+    if (int8_products_enabled()) {
+      // Quantized blocks on sm_80+: int8 tensor cores (matmul_mmq.cuh).
+      const int64_t row_tiles = std::min<int64_t>(ceil_div(p.max_rows_per_group, kMmqR), 65535);
+      const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kMmqO)), n_groups,
+                      static_cast<unsigned>(row_tiles));
+      gemm_mmq_kernel<Dec><<<grid, kMmqThreads, 0, stream>>>(a);
+    } else {
+      // Older GPUs: FP16 tensor cores (matmul_mma.cuh).
+      const int64_t row_tiles = std::min<int64_t>(ceil_div(p.max_rows_per_group, kMmaR), 65535);
+      const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kMmaO)), n_groups,
+                      static_cast<unsigned>(row_tiles));
+      gemm_mma_kernel<Dec><<<grid, kMmaThreads, 0, stream>>>(a);
+    }
   } else {
     // Float weights keep FP32 arithmetic: their models' tolerances are tight.
     const int64_t row_tiles = std::min<int64_t>(ceil_div(p.max_rows_per_group, kTileR), 65535);
