@@ -88,9 +88,10 @@ inline void add_gpu_options(CLI::App& app, GpuOptions& o, bool mmap_flag = true)
                "synchronise with it every layer (default: a runner thread computes it while the "
                "next work is enqueued, and the GPU waits on a flag in pinned memory)");
   app.add_flag("--moe-host-routing", o.moe_host_routing,
-               "route decode layers split between GPU and CPU on the host, with a stream "
-               "synchronisation per layer (default: on the GPU, which hands the routing to the "
-               "CPU share through pinned memory)");
+               "route decode layers split between GPU and CPU, and batches of more than 4 "
+               "tokens, on the host, with a stream synchronisation per layer (default: on the "
+               "GPU, which hands a split layer's routing to the CPU share through pinned memory "
+               "and groups a batch's tokens by expert itself)");
   app.add_option("--moe-profile", o.moe_profile,
                  "routing profile file: loaded at start so the VRAM pool begins with the experts "
                  "earlier runs routed most (a missing file starts a new one), saved as it grows "

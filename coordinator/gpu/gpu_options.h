@@ -78,10 +78,12 @@ struct GpuOptions {
   // synchronisation per layer, instead of on a runner thread the GPU stream waits on (the
   // behaviour before the hand-off, kept for comparison and for drivers without stream waits).
   bool moe_cpu_sync = false;
-  // --moe-host-routing: route every decode layer split between the GPU and the CPU on the host
-  // (router logits copied back, a stream synchronisation per layer), as before device routing of
-  // split layers; kept for comparison. Default: such a layer routes on the GPU, which publishes
-  // the routing to the CPU share through page-locked memory and runs its hits at once.
+  // --moe-host-routing: route every decode layer split between the GPU and the CPU, and every
+  // batch of more than 4 tokens, on the host (router logits copied back, a stream synchronisation
+  // per layer), as before device routing; kept for comparison. Default: a split decode layer
+  // routes on the GPU, which publishes the routing to the CPU share through page-locked memory and
+  // runs its hits at once, and a batch on a layer whose experts are all in VRAM is routed and
+  // grouped by expert on the GPU.
   bool moe_host_routing = false;
   // --moe-profile FILE: the routing profile is loaded from FILE at start (the pool then starts
   // with the experts routed most in earlier runs) and saved to it as it grows and at exit.

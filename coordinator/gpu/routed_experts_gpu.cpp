@@ -177,6 +177,7 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   dr_.hit_weights = w.take<float>(items);
   if (w.size() > bytes) throw Error("device routing buffers: layout overflow");
   device_split_ = !opt.moe_host_routing && cpu_homed;
+  device_groups_ = !opt.moe_host_routing;
   if (device_split_) {
     h_route_.reserve(64 + static_cast<size_t>(items) * 9 + 64);
     MetaWriter hw(h_route_.get<unsigned char>());
@@ -235,6 +236,7 @@ void RoutedExpertsGpu::reserve(int64_t n) {
   grow(rweights_, n * cfg_.n_expert_used);
   grow(rids_, n * cfg_.n_expert_used);
   grow(forced_, cfg_.n_expert_used);
+  if (device_groups_) reserve_groups(n);
   reserved_ = n;
 }
 
@@ -257,6 +259,10 @@ bool RoutedExpertsGpu::run(int64_t l, int64_t n, const float* xn, const cuda::De
   }
   // The previous layer's CPU share: its buffers are reused below, and its error surfaces here.
   join_runner();
+  if (!on_device && groups_on_device(l, n, hooks)) {
+    run_grouped_on_device(l, n, xn, rlogits, out, stream);
+    return false;
+  }
   if (on_device) {
     if (fused_router) {
       cuda::RouterDecodeOut ro{
@@ -338,8 +344,8 @@ void RoutedExpertsGpu::count_device_step(int64_t n) {
 
 bool RoutedExpertsGpu::routes_on_device(int64_t l, int64_t n,
                                         const model::ForwardHooks* hooks) const {
-  // Hooks need the host's routing; prefill wants the host's grouping by expert (each expert's
-  // weights read once for all its tokens), which one group per item would not give.
+  // Hooks need the host's routing. Decode-sized batches only: one group per item would read an
+  // expert's weights once per token; larger batches are grouped by expert (groups_on_device).
   const bool host_hooks = hooks && (hooks->force_experts || hooks->observe_layer);
   return residency_->layer_on_gpu(l) && n <= kDeviceRoutingMaxTokens && !host_hooks;
 }

@@ -1,8 +1,10 @@
 // The routed experts of every MoE layer of a GPU forward: experts with a VRAM copy (GPU-homed
 // layer or pool slot) run on the GPU while the CPU executor computes the others, both at once
 // (the GPU kernels are enqueued before the CPU computes its share). Routing is decided on the host
-// from the router logits, with the same code (and test hooks) as the CPU path, except in decode
-// of a fully resident layer without hooks, which routes on the device with no host round trip.
+// from the router logits, with the same code (and test hooks) as the CPU path, except on a fully
+// resident layer without hooks, which routes on the device with no host round trip (decode: one
+// group per item; larger batches: grouped by expert on the device), and in decode of a split
+// layer (the routing handed to the CPU share through page-locked memory).
 // Shared by every architecture's GPU forward: it sees only x, the router logits and the output.
 #pragma once
 
@@ -104,6 +106,12 @@ class RoutedExpertsGpu {
 
  private:
   bool routes_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
+  // A batch of more than kDeviceRoutingMaxTokens tokens on a fully resident layer
+  // (routed_experts_device_batch.cpp): routed, grouped by expert and combined on the device.
+  bool groups_on_device(int64_t layer, int64_t n, const model::ForwardHooks* hooks) const;
+  void run_grouped_on_device(int64_t layer, int64_t n, const float* xn, const float* router_logits,
+                             float* out, cudaStream_t stream);
+  void reserve_groups(int64_t n_tokens);
   void count_device_layer(int64_t layer, int64_t n);
   bool run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream,
                      const NormAfter* norm_after);
@@ -250,6 +258,25 @@ class RoutedExpertsGpu {
     int32_t* hit_rows = nullptr;
     float* hit_weights = nullptr;
   } dr_;
+  // A device-grouped batch's lists (reserve_groups()): routing, the items grouped by expert, the
+  // constant identity lists and every expert's pointers.
+  struct DeviceGroups {
+    VramBuffer buf;
+    float* probs = nullptr;
+    float* weights = nullptr;   // per item, routing order
+    int32_t* ids = nullptr;     // per item
+    int32_t* x_rows = nullptr;  // per grouped row: its token
+    int32_t* row_expert = nullptr;
+    int32_t* pos = nullptr;  // per item: its grouped row
+    int32_t* offsets = nullptr;
+    int32_t* ident = nullptr;    // 0, 1, 2, ...
+    int32_t* tok_off = nullptr;  // t * k
+    int32_t* experts = nullptr;  // 0 .. n_expert - 1
+    const void** gate = nullptr;
+    const void** up = nullptr;
+    const void** down = nullptr;
+  } dg_;
+  bool device_groups_ = false;  // unless --moe-host-routing
   // Device-routed split layers: on unless --moe-host-routing. The routing the GPU publishes for
   // the CPU share (page-locked: the flag word, then ids, weights and hit marks) and its sequence.
   bool device_split_ = false;

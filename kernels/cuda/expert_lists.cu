@@ -50,7 +50,58 @@ __global__ void publish_split_kernel(const int32_t* ids, const float* weights,
   if (threadIdx.x == 0) *reinterpret_cast<volatile uint32_t*>(out.host_flag) = seq;
 }
 
+// Counts per expert, their exclusive sums as offsets, then each item's row from its expert's
+// running counter (shared-memory atomics: one block).
+__global__ void group_items_kernel(const int32_t* ids, int n_items, int k, int n_expert,
+                                   int32_t* offsets, int32_t* x_rows, int32_t* row_expert,
+                                   int32_t* pos) {
+  extern __shared__ int counts[];  // [n_expert] counts, then [n_expert] next rows
+  int* next = counts + n_expert;
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_items; i += blockDim.x) {
+    const int e = ids[i];
+    atomicAdd(&counts[e >= 0 && e < n_expert ? e : 0], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int sum = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      offsets[e] = sum;
+      next[e] = sum;
+      sum += counts[e];
+    }
+    offsets[n_expert] = sum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_items; i += blockDim.x) {
+    const int id = ids[i];
+    const int e = id >= 0 && id < n_expert ? id : 0;
+    const int r = atomicAdd(&next[e], 1);
+    x_rows[r] = i / k;
+    row_expert[r] = e;
+    pos[i] = r;
+  }
+}
+
 }  // namespace
+
+void group_items_by_expert(const int32_t* ids, int64_t n_items, int64_t k, int64_t n_expert,
+                           int32_t* offsets, int32_t* x_rows, int32_t* row_expert, int32_t* pos,
+                           cudaStream_t stream) {
+  if (k < 1 || n_items < k || n_items % k != 0 || n_items > (int64_t{1} << 30) || n_expert < 1 ||
+      n_expert > 4096) {
+    throw Error("group_items_by_expert: invalid sizes");
+  }
+  if (!ids || !offsets || !x_rows || !row_expert || !pos) {
+    throw Error("group_items_by_expert: null pointer");
+  }
+  const size_t shared = 2 * static_cast<size_t>(n_expert) * sizeof(int);
+  group_items_kernel<<<1, 1024, shared, stream>>>(ids, static_cast<int>(n_items),
+                                                  static_cast<int>(k), static_cast<int>(n_expert),
+                                                  offsets, x_rows, row_expert, pos);
+  MOE_CUDA_CHECK(cudaGetLastError());
+}
 
 void publish_split_routing(const int32_t* ids, const float* weights, const void* const* gate,
                            int64_t n_tokens, int64_t k, const float* x, int64_t n_embd,

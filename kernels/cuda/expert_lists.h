@@ -16,6 +16,19 @@ void gather_expert_pointers(const int32_t* ids, int64_t n_items, const void* con
                             int64_t n_expert, const void** gate, const void** up, const void** down,
                             cudaStream_t stream);
 
+// A batch routed on the device (prefill, several tokens of one or more sequences), grouped by
+// expert for grouped_matmul: item i (token i / k's (i % k)-th choice, ids[i] as router_topk
+// writes) becomes row pos[i] of its expert e's rows offsets[e] .. offsets[e + 1] - 1 (experts in
+// order; the rows of one expert in no fixed order, which changes nothing: every row's product is
+// computed on its own). x_rows[r]: row r's token; row_expert[r]: its expert. An id outside
+// [0, n_expert) counts as expert 0 (router_topk never writes one; no out-of-bounds write).
+// offsets: device [n_expert + 1]; x_rows, row_expert, pos: device [n_items]. 1 <= k <= n_items,
+// n_items % k == 0, 1 <= n_expert <= 4096. One block, enqueued on `stream`; moe::Error for bad
+// arguments.
+void group_items_by_expert(const int32_t* ids, int64_t n_items, int64_t k, int64_t n_expert,
+                           int32_t* offsets, int32_t* x_rows, int32_t* row_expert, int32_t* pos,
+                           cudaStream_t stream);
+
 // A decode layer split between the GPU and the CPU, routed on the device (ids, weights and the
 // item pointers gate[i] from gather_expert_pointers or router_decode: null = no VRAM copy).
 // Device lists for combine_rows over the GPU's items (hits), in routing order per token; and, in

@@ -1,10 +1,12 @@
 // publish_split_routing (a device-routed split layer's hand-off) against a host reference on fresh
 // random routing: the hit lists for combine_rows keep routing order per token, the page-locked
 // copies of ids, weights, hit marks and the input rows match, and the flag carries the sequence
-// number once all of it is there. Argument checks run without a device.
+// number once all of it is there. group_items_by_expert (a device-routed batch grouped by expert)
+// against the counts and the items it was given. Argument checks run without a device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -122,6 +124,69 @@ TEST(PublishSplitRoutingArgs, RejectsBadArguments) {
   test::expect_error(
       [&] { publish_split_routing(nullptr, &w, &gate, 1, 1, &x, 4, 1, ok, nullptr); },
       "null pointer");
+}
+
+// Every item lands in its expert's range exactly once, with its token and expert beside it; the
+// offsets are the counts' running sums. 512 tokens x 8 of 128 experts (a prefill layer), a few
+// tokens, one expert, and ids outside the range (counted as expert 0).
+TEST(GroupItemsByExpert, EveryItemInItsExpertsRangeOnce) {
+  MOE_REQUIRE_GPU();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  struct Case {
+    int64_t tokens, k, experts;
+    bool bad_ids;
+  };
+  for (const Case c : {Case{512, 8, 128, false}, Case{5, 8, 128, false}, Case{33, 4, 32, false},
+                       Case{7, 1, 1, false}, Case{20, 2, 16, true}}) {
+    const int64_t n = c.tokens * c.k;
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.experts - 1));
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (auto& e : ids) e = pick(rng);
+    if (c.bad_ids) {
+      ids[0] = -3;
+      ids[1] = static_cast<int32_t>(c.experts);
+    }
+    const auto d_ids = test::to_device(ids);
+    DeviceBuffer off((c.experts + 1) * 4), xr(n * 4), re(n * 4), pos(n * 4);
+    group_items_by_expert(d_ids.as<int32_t>(), n, c.k, c.experts, off.as<int32_t>(),
+                          xr.as<int32_t>(), re.as<int32_t>(), pos.as<int32_t>(), nullptr);
+    const auto h_off = test::to_host<int32_t>(off, static_cast<size_t>(c.experts + 1));
+    const auto h_xr = test::to_host<int32_t>(xr, static_cast<size_t>(n));
+    const auto h_re = test::to_host<int32_t>(re, static_cast<size_t>(n));
+    const auto h_pos = test::to_host<int32_t>(pos, static_cast<size_t>(n));
+    std::vector<int32_t> count(static_cast<size_t>(c.experts), 0);
+    const auto expert_of = [&](int32_t id) { return id >= 0 && id < c.experts ? id : 0; };
+    for (const int32_t id : ids) ++count[static_cast<size_t>(expert_of(id))];
+    int32_t sum = 0;
+    for (int64_t e = 0; e < c.experts; ++e) {
+      EXPECT_EQ(h_off[static_cast<size_t>(e)], sum) << "expert " << e;
+      sum += count[static_cast<size_t>(e)];
+    }
+    EXPECT_EQ(h_off[static_cast<size_t>(c.experts)], n);
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t e = expert_of(ids[static_cast<size_t>(i)]);
+      const int32_t r = h_pos[static_cast<size_t>(i)];
+      ASSERT_GE(r, h_off[static_cast<size_t>(e)]) << "item " << i;
+      ASSERT_LT(r, h_off[static_cast<size_t>(e) + 1]) << "item " << i;
+      ++seen[static_cast<size_t>(r)];
+      EXPECT_EQ(h_xr[static_cast<size_t>(r)], i / c.k);
+      EXPECT_EQ(h_re[static_cast<size_t>(r)], e);
+    }
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
+  }
+}
+
+TEST(GroupItemsByExpertArgs, RejectsBadArguments) {
+  int32_t a = 0;
+  int32_t* p = &a;
+  test::expect_error([&] { group_items_by_expert(p, 8, 0, 4, p, p, p, p, nullptr); }, "sizes");
+  test::expect_error([&] { group_items_by_expert(p, 9, 2, 4, p, p, p, p, nullptr); }, "sizes");
+  test::expect_error([&] { group_items_by_expert(p, 8, 2, 0, p, p, p, p, nullptr); }, "sizes");
+  test::expect_error([&] { group_items_by_expert(p, 8, 2, 5000, p, p, p, p, nullptr); }, "sizes");
+  test::expect_error([&] { group_items_by_expert(p, 8, 2, 4, p, p, nullptr, p, nullptr); }, "null");
 }
 
 }  // namespace

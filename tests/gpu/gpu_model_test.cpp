@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -239,6 +240,49 @@ TEST(GpuModel, DeviceRoutingMatchesHostRouting) {
         static_cast<int64_t>(on_host.logits.size()));
   std::printf("device vs host routing: max %.3g rms %.3g\n", d.max, d.rms());
   EXPECT_LE(d.max, 1e-3);
+}
+
+// Batches of more than 4 tokens on layers whose experts are all in VRAM are routed and grouped by
+// expert on the GPU: the same logits as the host's routing and grouping (--moe-host-routing), for
+// a whole prompt, for chunks of 6 tokens and for the decode steps after them, all in VRAM and with
+// two layers split (those route on the host in a batch either way).
+TEST(GpuModel, BatchesGroupedOnDeviceMatchHostRouting) {
+  REQUIRE_GPU();
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
+  moe::cpu::ThreadPool pool(2);
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 37; ++i) prompt.push_back(100 + 37 * i % 700);
+  for (const Placement& p : {kPlacements[0], kPlacements[2]}) {
+    SCOPED_TRACE(p.name);
+    GpuOptions host_opt = options(p);
+    host_opt.moe_host_routing = true;
+    Qwen3MoeGpu device(file, pool, nullptr, options(p));
+    Qwen3MoeGpu host(file, pool, nullptr, host_opt);
+    const int64_t V = device.config().n_vocab;
+    for (const size_t chunk : {prompt.size(), size_t{6}}) {
+      KvCache a = device.make_cache(64, KvType::F16, KvType::F16);
+      KvCache b = host.make_cache(64, KvType::F16, KvType::F16);
+      std::vector<float> la(static_cast<size_t>(V) * prompt.size()), lb(la.size());
+      for (size_t i = 0; i < prompt.size(); i += chunk) {
+        const size_t n = std::min(chunk, prompt.size() - i);
+        const std::span<const int32_t> part(prompt.data() + i, n);
+        device.forward(part, a, LogitsMode::All, la.data() + i * static_cast<size_t>(V), nullptr);
+        host.forward(part, b, LogitsMode::All, lb.data() + i * static_cast<size_t>(V), nullptr);
+      }
+      Diff d;
+      d.add(la.data(), lb.data(), static_cast<int64_t>(la.size()));
+      std::printf("%s, chunks of %zu: device vs host grouping max %.3g rms %.3g\n", p.name, chunk,
+                  d.max, d.rms());
+      EXPECT_LE(d.max, 1e-3);
+      GenerateOptions opt;
+      opt.n_steps = 8;
+      opt.keep_logits = true;
+      const std::vector<int32_t> next = {prompt.back()};
+      const GenerateResult ga = generate(device, a, next, opt);
+      const GenerateResult gb = generate(host, b, next, opt);
+      EXPECT_EQ(ga.tokens, gb.tokens);
+    }
+  }
 }
 
 // Decode steps replayed from CUDA graphs (every expert in VRAM) give the kernel-by-kernel logits
