@@ -87,7 +87,6 @@ void GptOssGpu::reserve_layers(int64_t n) {
   scratch(d_k_, N * HK * hd, "scratch k");
   scratch(d_v_, N * HK * hd, "scratch v");
   scratch(d_rlogits_, N * static_cast<size_t>(cfg_.n_expert), "scratch router");
-  ++scratch_epoch_;
 }
 
 void GptOssGpu::attention_block(const Layer& L, int64_t l, std::span<const SequenceRows> seqs,
@@ -176,37 +175,6 @@ void GptOssGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32_t
       MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
       hooks->observe_layer(experts_->trace(l, pos0, n, l_out.data()));
     }
-  }
-}
-
-void GptOssGpu::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq,
-                               float* logits) {
-  io_->embed(std::span<const int32_t>(&token, 1), x(), stream_);
-  const auto prepare = [&] {
-    size_t ws = 0;
-    for (const Layer& L : layers_) {
-      ws = std::max(ws, attention_workspace_bytes(cfg_, {L.n_head, L.n_head_kv}, 1, pos0, true));
-    }
-    if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
-  };
-  const auto record = [&] {
-    const SequenceRows rows{0, 1, pos0, &seq};
-    enqueue_layers(std::span<const SequenceRows>(&rows, 1), graphs_.device_pos(), nullptr);
-    io_->head_row(x(), xn(), stream_);
-  };
-  if (!graphs_.launch(pos0, seq, scratch_epoch_, d_attn_ws_, stream_, prepare, record)) {
-    experts_->count_device_step(1);
-  }
-  io_->copy_head_row(logits, stream_);
-}
-
-void GptOssGpu::run_batch(std::span<const int32_t> tokens, int64_t pos0,
-                          GpuSequenceStates::Slot& seq, model::LogitsMode mode, float* logits,
-                          const model::ForwardHooks* hooks) {
-  if (opt_.cuda_graphs && tokens.size() == 1 && experts_->step_on_device(1, hooks)) {
-    decode_graphed(tokens[0], pos0, seq, logits);
-  } else {
-    GpuForward::run_batch(tokens, pos0, seq, mode, logits, hooks);
   }
 }
 

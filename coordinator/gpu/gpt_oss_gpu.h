@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/gpu/decode_graphs.h"
 #include "coordinator/gpu/gpu_forward.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/device_matrix.h"
@@ -37,28 +36,18 @@ class GptOssGpu final : public GpuForward {
 
   void reserve_layers(int64_t n_tokens) override;
   std::string dense_summary() const override;
-  void enqueue_layers(std::span<const SequenceRows> seqs,
-                      const model::ForwardHooks* hooks) override {
-    enqueue_layers(seqs, nullptr, hooks);
-  }
-  // device_pos0: the position read on the device, for a graph (one sequence).
   void enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
-                      const model::ForwardHooks* hooks);
+                      const model::ForwardHooks* hooks) override;
+  bool graphs_supported() const override { return true; }
   // q, k, v of n rows with their biases, attention per sequence into d_attn_, o with its bias
   // into d_tmp_.
   void attention_block(const Layer& L, int64_t l, std::span<const SequenceRows> seqs, int64_t n,
                        const int32_t* device_pos0);
-  // A one-token step with every expert routed on the device runs from the slot's graph.
-  void run_batch(std::span<const int32_t> tokens, int64_t pos0, GpuSequenceStates::Slot& seq,
-                 model::LogitsMode mode, float* logits, const model::ForwardHooks* hooks) override;
-  void decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq, float* logits);
 
   std::vector<Layer> layers_;
   model::RopeYarn yarn_;
 
-  VramBuffer d_qkv_, d_k_, d_v_, d_attn_, d_tmp_, d_rlogits_, d_attn_ws_;
-  uint64_t scratch_epoch_ = 0;  // bumped whenever a scratch buffer moves
-  DecodeGraphs graphs_{budget_};
+  VramBuffer d_qkv_, d_k_, d_v_, d_attn_, d_tmp_, d_rlogits_;
 };
 
 }  // namespace moe::gpu

@@ -1,10 +1,12 @@
 // GpuForward: device and executor choice, the forward's commit-or-abandon, scratch growth.
 #include "coordinator/gpu/gpu_forward.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "coordinator/gpu/attention_gpu.h"
 #include "coordinator/gpu/gpu_executor_choice.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "coordinator/model/batch_routing.h"
@@ -70,23 +72,55 @@ void GpuForward::reserve(int64_t n) {
   io_->reserve(n);
   experts_->reserve(n);
   scratch_tokens_ = n;
+  ++scratch_epoch_;  // a recorded graph read the old buffers
 }
 
 void GpuForward::run_batch(std::span<const int32_t> tokens, int64_t pos0,
                            GpuSequenceStates::Slot& seq, model::LogitsMode mode, float* logits,
                            const model::ForwardHooks* hooks) {
+  if (opt_.cuda_graphs && graphs_supported() && tokens.size() == 1 &&
+      experts_->step_on_device(1, hooks)) {
+    decode_graphed(tokens[0], pos0, seq, logits);
+    return;
+  }
   const auto n = static_cast<int64_t>(tokens.size());
   io_->embed(tokens, x(), stream_);
   const SequenceRows rows{0, n, pos0, &seq};
-  enqueue_layers(std::span<const SequenceRows>(&rows, 1), hooks);
+  enqueue_layers(std::span<const SequenceRows>(&rows, 1), nullptr, hooks);
   experts_->finish();
   io_->logits(x(), mode == model::LogitsMode::All ? 0 : n - 1, n, xn(), logits, stream_);
+}
+
+void GpuForward::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq,
+                                float* logits) {
+  // The step's inputs enter outside the graph: its embedding row and its position.
+  io_->embed(std::span<const int32_t>(&token, 1), x(), stream_);
+  const auto prepare = [&] {
+    // The attention scratch for any position: a graph that is kept was recorded with it at least
+    // this large.
+    size_t ws = 0;
+    for (size_t l = 0; l < static_cast<size_t>(cfg_.n_layer); ++l) {
+      ws = std::max(
+          ws, attention_workspace_bytes(cfg_, {cfg_.n_head[l], cfg_.n_head_kv[l]}, 1, pos0, true));
+    }
+    if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
+  };
+  // Recording runs the host side of every layer once (the experts' accounting included).
+  const auto record = [&] {
+    const SequenceRows rows{0, 1, pos0, &seq};
+    enqueue_layers(std::span<const SequenceRows>(&rows, 1), graphs_.device_pos(), nullptr);
+    io_->head_row(x(), xn(), stream_);
+  };
+  if (!graphs_.launch(pos0, seq, scratch_epoch_, d_attn_ws_, stream_, prepare, record)) {
+    experts_->count_device_step(1);
+  }
+  io_->copy_head_row(logits, stream_);
 }
 
 void GpuForward::run_sequences(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,
                                float* logits) {
   io_->embed(tokens, x(), stream_);
-  enqueue_layers(seqs, nullptr);
+  enqueue_layers(seqs, nullptr, nullptr);
   experts_->finish();
   // x is dead after the layers: sequence i's last row moves to row i, so the head runs once over
   // n_seq rows. Its source row is at least i and above every earlier sequence's, so no copy

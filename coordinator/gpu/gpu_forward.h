@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "coordinator/gpu/decode_graphs.h"
 #include "coordinator/gpu/gpu_options.h"
 #include "coordinator/gpu/gpu_sequence_states.h"
 #include "coordinator/gpu/routed_experts_gpu.h"
@@ -83,19 +84,18 @@ class GpuForward : public model::ModelArch {
   // The layers, on stream_: x holds the embedded rows of every sequence in `seqs` (consecutive,
   // from row 0) on entry and the residual stream after the last layer on return; xn is theirs to
   // use. Per-token work runs once over all rows, attention and recurrences per sequence. `hooks`
-  // see row i at position seqs[0].pos0 + i: only with one sequence.
-  virtual void enqueue_layers(std::span<const SequenceRows> seqs,
+  // see row i at position seqs[0].pos0 + i: only with one sequence. device_pos0 (only where
+  // graphs_supported(), one sequence, no hooks): the positions start at this device int32's value
+  // when the kernels run, not at seqs[0].pos0 (a decode step recorded once in a CUDA graph).
+  virtual void enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                               const model::ForwardHooks* hooks) = 0;
+  // Whether enqueue_layers takes a device position: a one-token step whose experts are all routed
+  // on the device then replays a CUDA graph per sequence slot (--no-cuda-graphs: never).
+  virtual bool graphs_supported() const { return false; }
   // Grows the model's own scratch to n tokens (x and xn are grown here).
   virtual void reserve_layers(int64_t n_tokens) = 0;
   // What of every layer lives in VRAM, for describe().
   virtual std::string dense_summary() const = 0;
-  // One batch: embeddings, enqueue_layers, the experts' last work, logits. A model may replace it
-  // (a decode step replayed from a CUDA graph) and call it for the other batches.
-  virtual void run_batch(std::span<const int32_t> tokens, int64_t pos0,
-                         GpuSequenceStates::Slot& seq, model::LogitsMode mode, float* logits,
-                         const model::ForwardHooks* hooks);
-
   float* scratch(VramBuffer& b, size_t floats, const char* what);
   float* x() { return d_x_.as<float>(); }
   float* xn() { return d_xn_.as<float>(); }
@@ -112,16 +112,28 @@ class GpuForward : public model::ModelArch {
   std::unique_ptr<RoutedExpertsGpu> experts_;
   // The n_seq sequences decoded together and the health probe's the engine interleaves.
   GpuSequenceStates seqs_;
+  // The attention's split scratch (attend() grows it; grown up front for a batch of several
+  // sequences and before a graph is recorded), and the count of scratch moves a recorded graph
+  // checks (bumped whenever reserve() grows the scratch).
+  VramBuffer d_attn_ws_;
+  uint64_t scratch_epoch_ = 0;
 
  private:
   void reserve(int64_t n_tokens);
+  // One batch: embeddings, enqueue_layers, the experts' last work, logits; a one-token step from
+  // its slot's graph where it can (decode_graphed).
+  void run_batch(std::span<const int32_t> tokens, int64_t pos0, GpuSequenceStates::Slot& seq,
+                 model::LogitsMode mode, float* logits, const model::ForwardHooks* hooks);
+  // Recorded first when the slot has no graph or its buffers changed.
+  void decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq, float* logits);
   // A batch of several sequences (forward_batch): embeddings, enqueue_layers, the experts' last
   // work, and the logits of each sequence's last row.
   void run_sequences(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,
                      float* logits);
 
   int64_t scratch_tokens_ = 0;
-  VramBuffer d_x_, d_xn_;  // residual rows, normed rows
+  VramBuffer d_x_, d_xn_;         // residual rows, normed rows
+  DecodeGraphs graphs_{budget_};  // one per sequence slot
 };
 
 }  // namespace moe::gpu

@@ -254,11 +254,12 @@ void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
   }
 }
 
-void Qwen35MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs,
+void Qwen35MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                                   const model::ForwardHooks* hooks) {
   if (seqs.empty() || (seqs.size() > 1 && hooks)) {
     throw Error("Qwen35MoeGpu: hooks need a batch of one sequence");
   }
+  if (device_pos0) throw Error("Qwen35MoeGpu: no device position (its steps are not graphed)");
   const int64_t n = seqs.back().row0 + seqs.back().n;
   const int64_t pos0 = seqs.front().pos0;  // for the hooks (one sequence)
   if (seqs.size() > 1) {

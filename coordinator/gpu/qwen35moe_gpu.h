@@ -48,7 +48,8 @@ class Qwen35MoeGpu final : public GpuForward {
   Matrix matrix(const gguf::TensorInfo& t);
   void reserve_layers(int64_t n_tokens) override;
   std::string dense_summary() const override;
-  void enqueue_layers(std::span<const SequenceRows> seqs,
+  // No device position: its steps are not captured in graphs (device_pos0 must be null).
+  void enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                       const model::ForwardHooks* hooks) override;
   // Mixer of layer l on xn (n rows: every sequence's), output in d_mix_. The projections, gates
   // and output run over all rows; the conv, the recurrence and attention per sequence.
@@ -61,9 +62,9 @@ class Qwen35MoeGpu final : public GpuForward {
 
   // Device scratch, grow-only.
   VramBuffer d_mix_, d_moe_, d_rlogits_;
-  VramBuffer d_qkv_, d_conv_, d_z_, d_ssm_o_, d_beta_, d_gate_;    // DeltaNet
-  VramBuffer d_qg_, d_q_, d_og_, d_k_, d_v_, d_attn_, d_attn_ws_;  // attention
-  VramBuffer d_sg_, d_su_, d_sh_, d_ss_;                           // shared expert
+  VramBuffer d_qkv_, d_conv_, d_z_, d_ssm_o_, d_beta_, d_gate_;  // DeltaNet
+  VramBuffer d_qg_, d_q_, d_og_, d_k_, d_v_, d_attn_;            // attention
+  VramBuffer d_sg_, d_su_, d_sh_, d_ss_;                         // shared expert
   // The shared expert runs on a stream of its own, beside the router and the routed experts: on
   // the main stream it delayed every split layer's host round trip (forked after xn, joined
   // before the combine).

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/gpu/decode_graphs.h"
 #include "coordinator/gpu/gpu_forward.h"
 #include "kernels/cuda/device_matrix.h"
 
@@ -34,27 +33,14 @@ class Qwen3MoeGpu final : public GpuForward {
   };
   void reserve_layers(int64_t n_tokens) override;
   std::string dense_summary() const override;
-  void enqueue_layers(std::span<const SequenceRows> seqs,
-                      const model::ForwardHooks* hooks) override {
-    enqueue_layers(seqs, nullptr, hooks);
-  }
-  // device_pos0: the position read on the device instead of seqs[0].pos0, for a graph (one
-  // sequence).
   void enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
-                      const model::ForwardHooks* hooks);
-  // A one-token step with every expert routed on the device runs from the slot's graph.
-  void run_batch(std::span<const int32_t> tokens, int64_t pos0, GpuSequenceStates::Slot& seq,
-                 model::LogitsMode mode, float* logits, const model::ForwardHooks* hooks) override;
-  // Recorded first when the slot has no graph or its buffers changed.
-  void decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq, float* logits);
+                      const model::ForwardHooks* hooks) override;
+  bool graphs_supported() const override { return true; }
 
   std::vector<Layer> layers_;
 
   // Device scratch, grow-only.
-  VramBuffer d_qkv_, d_k_, d_v_, d_attn_, d_tmp_, d_rlogits_, d_attn_ws_;
-  uint64_t scratch_epoch_ = 0;  // bumped whenever a scratch buffer moves
-
-  DecodeGraphs graphs_{budget_};  // one per sequence slot
+  VramBuffer d_qkv_, d_k_, d_v_, d_attn_, d_tmp_, d_rlogits_;
 };
 
 }  // namespace moe::gpu
