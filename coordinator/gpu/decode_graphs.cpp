@@ -17,12 +17,14 @@ bool DecodeGraphs::launch(int64_t pos0, GpuSequenceStates::Slot& seq, uint64_t s
   MOE_CUDA_CHECK(
       cudaMemcpyAsync(d_pos_.get(), h_pos_.get(), sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   Graph* g = nullptr;
+  const int variant = seq.graph_variant();
   for (auto& c : graphs_) {
-    if (c->slot == &seq) g = c.get();
+    if (c->slot == &seq && c->variant == variant) g = c.get();
   }
   if (!g) {
     g = graphs_.emplace_back(std::make_unique<Graph>()).get();
     g->slot = &seq;
+    g->variant = variant;
   }
   const bool stale = !g->graph.ready() || g->slot_generation != seq.generation() ||
                      g->scratch_epoch != scratch_epoch || g->attention_ws != attention_ws.get();

@@ -198,6 +198,7 @@ void GpuSequenceStates::allocate(Slot& s, const model::KvCache& cache,
     Slot::Layer& L = s.layers_[static_cast<size_t>(l)];
     const std::string ls = std::to_string(l);
     if (cfg_.is_recurrent(l)) {
+      s.recurrent_ = true;
       for (int i = 0; i < 2; ++i) {
         L.conv[i] = budget_.allocate(conv_floats(cfg_) * sizeof(float), VramUse::Kv,
                                      "conv state layer " + ls);

@@ -38,6 +38,10 @@ class GpuSequenceStates {
     // Changes whenever the slot's buffers are (re)allocated: work recorded against the old
     // addresses (a CUDA graph) must be recorded again.
     uint64_t generation() const { return generation_; }
+    // Which recorded step fits the slot now: a hybrid model's step reads one recurrent buffer and
+    // writes the other, which swap at every commit (and the first step reads zeros), so it records
+    // up to three; 0 for a model without recurrent layers.
+    int graph_variant() const { return !recurrent_ ? 0 : zero_ ? 2 : cur_; }
 
    private:
     friend class GpuSequenceStates;
@@ -54,8 +58,9 @@ class GpuSequenceStates {
     int64_t ctx_ = 0;
     std::vector<cuda::DeviceKvLayer> layout_;  // types and rotation per layer (no addresses)
     uint64_t generation_ = 0;
-    int cur_ = 0;       // the committed recurrent buffer
-    bool zero_ = true;  // the committed recurrent state is all zeros
+    int cur_ = 0;             // the committed recurrent buffer
+    bool zero_ = true;        // the committed recurrent state is all zeros
+    bool recurrent_ = false;  // the model has recurrent layers
     std::vector<Layer> layers_;
     int64_t ckpt_pos_ = -1;  // -1: no checkpoint
     bool ckpt_zero_ = true;

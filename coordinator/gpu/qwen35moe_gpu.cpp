@@ -186,7 +186,7 @@ void Qwen35MoeGpu::delta_net_layer(const Layer& L, int64_t l, int64_t n,
 }
 
 void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n,
-                                   std::span<const SequenceRows> seqs) {
+                                   std::span<const SequenceRows> seqs, const int32_t* device_pos0) {
   const int64_t hk = cfg_.head_dim_k;
   const float* xn = this->xn();
   float* q = d_q_.as<float>();
@@ -203,7 +203,7 @@ void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n,
            {q + s.row0 * H * hk, H * hk, d_k_.as<float>() + s.row0 * HK * hk, HK * hk,
             d_v_.as<float>() + s.row0 * HK * hv, HK * hv},
            L.q_norm.as<float>(), L.k_norm.as<float>(), s.n, s.pos0, budget_, d_attn_ws_,
-           attn + s.row0 * H * hv, stream_);
+           attn + s.row0 * H * hv, stream_, device_pos0);
   }
   cuda::mul_sigmoid(attn, og, n * L.n_head * hk, stream_);
   cuda::matmul(L.wo.m, attn, n, d_mix_.as<float>(), stream_);
@@ -256,10 +256,9 @@ void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
 
 void Qwen35MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                                   const model::ForwardHooks* hooks) {
-  if (seqs.empty() || (seqs.size() > 1 && hooks)) {
-    throw Error("Qwen35MoeGpu: hooks need a batch of one sequence");
+  if (seqs.empty() || (seqs.size() > 1 && (device_pos0 || hooks))) {
+    throw Error("Qwen35MoeGpu: a device position or hooks need a batch of one sequence");
   }
-  if (device_pos0) throw Error("Qwen35MoeGpu: no device position (its steps are not graphed)");
   const int64_t n = seqs.back().row0 + seqs.back().n;
   const int64_t pos0 = seqs.front().pos0;  // for the hooks (one sequence)
   if (seqs.size() > 1) {
@@ -286,7 +285,7 @@ void Qwen35MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int3
     if (L.recurrent) {
       delta_net_layer(L, l, n, seqs);
     } else {
-      attention_layer(L, l, n, seqs);
+      attention_layer(L, l, n, seqs, device_pos0);
     }
     cuda::add_inplace(x, d_mix_.as<float>(), n * E, stream_);  // x is now the residual h
     cuda::rmsnorm(x, L.post_norm.as<float>(), xn, n, E, eps, stream_);

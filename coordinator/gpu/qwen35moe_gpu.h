@@ -48,13 +48,16 @@ class Qwen35MoeGpu final : public GpuForward {
   Matrix matrix(const gguf::TensorInfo& t);
   void reserve_layers(int64_t n_tokens) override;
   std::string dense_summary() const override;
-  // No device position: its steps are not captured in graphs (device_pos0 must be null).
   void enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                       const model::ForwardHooks* hooks) override;
+  // A decode step is captured like qwen3moe's: the attention layers read the position on the
+  // device, the DeltaNet layers none, and the shared expert's stream forks and joins inside it.
+  bool graphs_supported() const override { return true; }
   // Mixer of layer l on xn (n rows: every sequence's), output in d_mix_. The projections, gates
   // and output run over all rows; the conv, the recurrence and attention per sequence.
   void delta_net_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs);
-  void attention_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs);
+  void attention_layer(const Layer& L, int64_t l, int64_t n, std::span<const SequenceRows> seqs,
+                       const int32_t* device_pos0);
   // x = h + routed + sigmoid-gated shared expert of the normalised xn (x holds h on entry).
   void ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0, const model::ForwardHooks* hooks);
 
