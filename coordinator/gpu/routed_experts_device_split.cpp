@@ -22,7 +22,7 @@ bool RoutedExpertsGpu::splits_on_device(int64_t l, int64_t n,
                                         const model::ForwardHooks* hooks) const {
   // Decode misses copied over PCIe are chosen on the host (--moe-stream-share): host routing.
   const bool host_hooks = hooks && (hooks->force_experts || hooks->observe_layer);
-  return device_split_ && !residency_->layer_on_gpu(l) && n <= kDeviceRoutingMaxTokens &&
+  return device_split_ && !residency_->layer_on_gpu(l) && n <= kDeviceSplitMaxTokens &&
          !host_hooks && runner_->async() && !exec_.remote() && stream_share_ == 0 && !profiler_;
 }
 
@@ -92,8 +92,10 @@ std::span<const model::ExpertItem> RoutedExpertsGpu::take_device_routing(int64_t
   stats_.pcie_bytes += static_cast<uint64_t>(direct) *
                        routed_internal::expert_bytes(tensors_[static_cast<size_t>(l)]);
   stats_.cpu += static_cast<uint64_t>(misses);
-  stats_.decode += static_cast<uint64_t>(n * K);
-  stats_.decode_resident += static_cast<uint64_t>(hits - direct);
+  if (n <= kDeviceRoutingMaxTokens) {  // counted apart for the decode bound, as split_items does
+    stats_.decode += static_cast<uint64_t>(n * K);
+    stats_.decode_resident += static_cast<uint64_t>(hits - direct);
+  }
   cpu_experts_->note_split(l, n, hits, misses);
   return cpu_items_;
 }

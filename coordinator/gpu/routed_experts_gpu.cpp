@@ -156,23 +156,23 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
       std::make_unique<CpuShareRunner>(*cpu_experts_, cpu_homed && !opt.moe_cpu_sync, kGpuPoolSpin);
 
   // Device routing buffers and the constant index lists of the one-group-per-item layout.
-  const int64_t items = kDeviceRoutingMaxTokens * cfg.n_expert_used;
-  const size_t bytes = static_cast<size_t>(kDeviceRoutingMaxTokens * X + 2 * items) * 4 +
+  const int64_t items = kDeviceListTokens * cfg.n_expert_used;
+  const size_t bytes = static_cast<size_t>(kDeviceListTokens * X + 2 * items) * 4 +
                        static_cast<size_t>(3 * items) * sizeof(void*) +
-                       static_cast<size_t>(6 * items + 2 * kDeviceRoutingMaxTokens + 4) * 4 + 512;
+                       static_cast<size_t>(6 * items + 2 * kDeviceListTokens + 4) * 4 + 512;
   dr_.buf = budget.allocate(bytes, VramUse::Scratch, "device routing");
   MetaWriter w(dr_.buf.as<unsigned char>());  // only offsets are computed here
   dr_.gate = w.take<const void*>(items);
   dr_.up = w.take<const void*>(items);
   dr_.down = w.take<const void*>(items);
-  dr_.probs = w.take<float>(kDeviceRoutingMaxTokens * X);
+  dr_.probs = w.take<float>(kDeviceListTokens * X);
   dr_.weights = w.take<float>(items);
   dr_.ids = w.take<int32_t>(items);
   dr_.ident = w.take<int32_t>(items + 1);
   dr_.x_rows = w.take<int32_t>(items);
-  dr_.tok_off = w.take<int32_t>(kDeviceRoutingMaxTokens + 1);
+  dr_.tok_off = w.take<int32_t>(kDeviceListTokens + 1);
   dr_.counter = w.take<unsigned>(1);
-  dr_.hit_tok_off = w.take<int32_t>(kDeviceRoutingMaxTokens + 1);
+  dr_.hit_tok_off = w.take<int32_t>(kDeviceListTokens + 1);
   dr_.hit_rows = w.take<int32_t>(items);
   dr_.hit_weights = w.take<float>(items);
   if (w.size() > bytes) throw Error("device routing buffers: layout overflow");
@@ -189,12 +189,12 @@ RoutedExpertsGpu::RoutedExpertsGpu(VramBudget& budget, GpuExecutor& exec, const 
   }
   MOE_CUDA_CHECK(cudaMemset(dr_.counter, 0, sizeof(unsigned)));
   std::vector<int32_t> ident(static_cast<size_t>(items + 1)), x_rows(static_cast<size_t>(items)),
-      tok_off(static_cast<size_t>(kDeviceRoutingMaxTokens + 1));
+      tok_off(static_cast<size_t>(kDeviceListTokens + 1));
   for (int64_t i = 0; i <= items; ++i) ident[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   for (int64_t i = 0; i < items; ++i) {
     x_rows[static_cast<size_t>(i)] = static_cast<int32_t>(i / cfg.n_expert_used);
   }
-  for (int64_t t = 0; t <= kDeviceRoutingMaxTokens; ++t) {
+  for (int64_t t = 0; t <= kDeviceListTokens; ++t) {
     tok_off[static_cast<size_t>(t)] = static_cast<int32_t>(t * cfg.n_expert_used);
   }
   MOE_CUDA_CHECK(cudaMemcpy(dr_.ident, ident.data(), ident.size() * 4, cudaMemcpyHostToDevice));

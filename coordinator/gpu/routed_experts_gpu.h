@@ -241,6 +241,12 @@ class RoutedExpertsGpu {
   VramBuffer d_g_, d_u_, d_h_, d_y_, d_meta_;
   // Decode with every expert of the layer in VRAM routes on the device.
   static constexpr int64_t kDeviceRoutingMaxTokens = 4;
+  // A split layer routes batches of up to this many tokens on the device (a draft's verification,
+  // several sequences' decode steps), not only decode-sized ones: each host-routed layer costs a
+  // stream synchronisation. The lists below are sized for the larger of the two.
+  static constexpr int64_t kDeviceSplitMaxTokens = 8;
+  static constexpr int64_t kDeviceListTokens = kDeviceSplitMaxTokens;
+  static_assert(kDeviceListTokens >= kDeviceRoutingMaxTokens);
   struct DeviceRouting {
     VramBuffer buf;
     float* probs = nullptr;

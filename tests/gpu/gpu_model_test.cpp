@@ -285,6 +285,40 @@ TEST(GpuModel, BatchesGroupedOnDeviceMatchHostRouting) {
   }
 }
 
+// Split layers route batches of up to 8 tokens on the device (a draft's verification, several
+// sequences' steps): chunks of 5 to 8 tokens give the host routing's logits (--moe-host-routing),
+// with every expert on the CPU and with two split layers beside a pool.
+TEST(GpuModel, SplitLayersRouteBatchesOfUpTo8OnDevice) {
+  REQUIRE_GPU();
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
+  moe::cpu::ThreadPool pool(2);
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 26; ++i) prompt.push_back(100 + 37 * i % 700);
+  for (const Placement& p : {kPlacements[1], kPlacements[2]}) {
+    SCOPED_TRACE(p.name);
+    GpuOptions host_opt = options(p);
+    host_opt.moe_host_routing = true;
+    Qwen3MoeGpu device(file, pool, nullptr, options(p));
+    Qwen3MoeGpu host(file, pool, nullptr, host_opt);
+    const auto V = static_cast<size_t>(device.config().n_vocab);
+    KvCache a = device.make_cache(64, KvType::F16, KvType::F16);
+    KvCache b = host.make_cache(64, KvType::F16, KvType::F16);
+    std::vector<float> la(V * prompt.size()), lb(la.size());
+    size_t i = 0;
+    for (const size_t n : {size_t{5}, size_t{8}, size_t{6}, size_t{7}}) {
+      const std::span<const int32_t> part(prompt.data() + i, n);
+      device.forward(part, a, LogitsMode::All, la.data() + i * V, nullptr);
+      host.forward(part, b, LogitsMode::All, lb.data() + i * V, nullptr);
+      i += n;
+    }
+    Diff d;
+    d.add(la.data(), lb.data(), static_cast<int64_t>(la.size()));
+    std::printf("%s, batches of 5-8: device vs host routing max %.3g rms %.3g\n", p.name, d.max,
+                d.rms());
+    EXPECT_LE(d.max, 1e-3);
+  }
+}
+
 // Decode steps replayed from CUDA graphs (every expert in VRAM) give the kernel-by-kernel logits
 // bit for bit: across attention split counts (the graph's grid is fixed, the position is read on
 // the device), after a longer prompt moved the scratch (the graphs are recorded again) and with a
