@@ -11,12 +11,11 @@
 // combines both alike.
 #include <cuda_fp16.h>
 
-#include <array>
-#include <atomic>
 #include <cmath>
 
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kv_rows.cuh"
 
 namespace moe::cuda {
@@ -309,23 +308,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(AttnArgs 
   }
 }
 
-// Compute capability major of the current device, asked once per device.
-int device_major() {
-  static std::array<std::atomic<int>, 64> cache{};
-  int dev = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  const bool cached = dev >= 0 && dev < static_cast<int>(cache.size());
-  if (cached) {
-    if (const int known = cache[static_cast<size_t>(dev)].load(std::memory_order_relaxed)) {
-      return known;
-    }
-  }
-  int major = 0;
-  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (cached) cache[static_cast<size_t>(dev)].store(major, std::memory_order_relaxed);
-  return major;
-}
-
 template <int HD>
 void launch(const AttnArgs& a, int64_t n_head_kv, int n_split, cudaStream_t stream) {
   constexpr size_t bytes = smem_bytes<HD>();
@@ -354,7 +336,7 @@ bool attention_mma_serves(const AttnArgs& a) {
   return a.k_code != kKvF32 && a.v_code != kKvF32 &&
          f16_aligned(a.k_code, a.k, a.k_row_bytes, a.hd_k) &&
          f16_aligned(a.v_code, a.v, a.v_row_bytes, a.hd_v) && hd > 32 && hd <= kMaxHeadDim &&
-         a.n_tokens * a.group >= kMmaRows && device_major() >= 8;
+         a.n_tokens * a.group >= kMmaRows && kernel_arch() >= 80;
 }
 
 void launch_attention_mma(const AttnArgs& a, int64_t n_head_kv, int n_split, cudaStream_t stream) {

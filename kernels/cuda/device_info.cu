@@ -1,7 +1,32 @@
+#include <array>
+#include <atomic>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 
 namespace moe::cuda {
+namespace {
+
+// Compiled like every kernel of the library: the driver picks its code as it picks theirs.
+__global__ void arch_probe_kernel() {}
+
+}  // namespace
+
+int kernel_arch() {
+  static std::array<std::atomic<int>, 64> cache{};
+  int dev = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < static_cast<int>(cache.size());
+  if (cached) {
+    if (const int known = cache[static_cast<size_t>(dev)].load(std::memory_order_relaxed)) {
+      return known;
+    }
+  }
+  cudaFuncAttributes attr{};
+  MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, arch_probe_kernel));
+  if (cached) cache[static_cast<size_t>(dev)].store(attr.ptxVersion, std::memory_order_relaxed);
+  return attr.ptxVersion;
+}
 
 std::vector<DeviceInfo> list_devices() {
   int count = 0;

@@ -21,4 +21,12 @@ struct DeviceInfo {
 // other than "no device".
 std::vector<DeviceInfo> list_devices();
 
+// The architecture this library's kernels run as on the current device, e.g. 90: the virtual
+// architecture of the code the driver picked for it. Not the device's compute capability: a card
+// without a matching SASS in the build runs the newest PTX that fits it, compiled at load (an
+// RTX 4090, sm_89, in a build for 75 and 90 runs compute_75's, 75). Kernels whose sm_80
+// instructions are compiled only where __CUDA_ARCH__ >= 800 are chosen by this. Asked once per
+// device.
+int kernel_arch();
+
 }  // namespace moe::cuda

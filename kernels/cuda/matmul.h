@@ -19,9 +19,9 @@ namespace moe::cuda {
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, cudaStream_t stream);
 
 // Whether products of more than 8 rows with quantized (block-type) weights run on the current
-// device's int8 tensor cores, their activations quantized to int8 per 32 values: on sm_80 and newer
-// when the build has code for it (CMAKE_CUDA_ARCHITECTURES 80, 86, 89 or 90 as the card needs),
-// unless the environment sets MOE_CUDA_MMQ=0; otherwise they run on FP16 tensor cores.
+// device's int8 tensor cores, their activations quantized to int8 per 32 values: where the kernels
+// run as sm_80 or newer (kernel_arch()), unless the environment sets MOE_CUDA_MMQ=0; otherwise they
+// run on FP16 tensor cores.
 // Float weights always keep FP32 arithmetic.
 bool int8_products_enabled();
 

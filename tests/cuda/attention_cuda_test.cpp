@@ -20,6 +20,7 @@
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/random_blocks.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_info.h"
 #include "tests/cuda/gpu_test_env.h"
 
 namespace moe::cuda {
@@ -82,13 +83,6 @@ struct Param {
   int64_t window = 0;         // AttentionMask::window
   bool sinks = false;         // fresh random AttentionMask::sinks
 };
-
-int device_major() {
-  int dev = 0, major = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major;
-}
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   const Param& p = info.param;
@@ -178,8 +172,13 @@ TEST_P(AttentionCudaTest, StoreAndAttendMatchReference) {
               : std::vector<float>{};
   const auto dsinks = test::to_device(sinks);
   const AttentionMask mask{P.window, P.sinks ? dsinks.as<float>() : nullptr};
-  if (P.tensor_cores && device_major() >= 8) {
+  // The tensor-core kernel is compiled only for sm_80+: chosen by the code the driver runs here
+  // (kernel_arch), not by the card (an sm_89 card runs compute_75 code in a 75;90 build).
+  if (P.tensor_cores && kernel_arch() >= 80) {
     EXPECT_TRUE(tc);
+  }
+  if (kernel_arch() < 80) {
+    EXPECT_FALSE(tc);
   }
   // The f32 kernel serves every decode step and every f32 cache.
   if (P.n_tokens == 1 || P.k_type == F32 || P.v_type == F32) {
@@ -482,6 +481,21 @@ TEST(AttentionCuda, RejectsBadArguments) {
   wide.k_row_bytes = wide.v_row_bytes = 2 * 2 * 512;
   test::expect_error([&] { attention(wide, f, 1024, 1, 0, 2, 2, 512, 512, 0.1f, f, nullptr); },
                      "head dims");
+}
+
+// The architecture the kernels run as: one the build has code for (75 at least), never above what
+// the device is.
+TEST(KernelArch, IsABuiltArchitectureTheDeviceRuns) {
+  MOE_REQUIRE_GPU();
+  int dev = 0, major = 0, minor = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const int arch = kernel_arch();
+  std::printf("device sm_%d%d, kernels run as %d\n", major, minor, arch);
+  EXPECT_GE(arch, 75);
+  EXPECT_LE(arch, 10 * major + minor);
+  EXPECT_EQ(kernel_arch(), arch);  // cached
 }
 
 }  // namespace
