@@ -111,16 +111,23 @@ void GptOssGpu::attention_block(const Layer& L, int64_t l, std::span<const Seque
   cuda::add_bias(p.k, n, kw, p.k_stride, L.bk.as<float>(), stream_);
   cuda::add_bias(p.v, n, kw, p.v_stride, L.bv.as<float>(), stream_);
   const AttentionOptions ao{&yarn_, {L.window, L.sinks.as<float>()}};
-  for (const SequenceRows& s : seqs) {
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SequenceRows& s = seqs[i];
     const cuda::DeviceKvLayer& kv = s.seq->kv(l);
     const int64_t step = attention_step(kv, L.window, s.n);
+    // A device position is the batch's first: its rows must go in one step (a graphed step of a
+    // few tokens always does, the ring holds the window and a batch).
+    if (device_pos0 && step < s.n) {
+      throw Error("GptOssGpu: a device position for a batch larger than its ring's step");
+    }
     for (int64_t r0 = s.row0; r0 < s.row0 + s.n; r0 += step) {
       const int64_t m = std::min(step, s.row0 + s.n - r0);
       const Projections ps{p.q + r0 * p.q_stride, p.q_stride, p.k + r0 * p.k_stride, p.k_stride,
                            p.v + r0 * p.v_stride, p.v_stride};
       // No q/k norms in gpt-oss: RoPE only.
       attend(cfg_, {L.n_head, L.n_head_kv}, kv, ps, nullptr, nullptr, m, s.pos0 + (r0 - s.row0),
-             budget_, d_attn_ws_, d_attn_.as<float>() + r0 * qw, stream_, device_pos0, ao);
+             budget_, d_attn_ws_, d_attn_.as<float>() + r0 * qw, stream_,
+             device_pos0 ? device_pos0 + i : nullptr, ao);
     }
   }
   cuda::matmul(L.wo, d_attn_.as<float>(), n, d_tmp_.as<float>(), stream_);
@@ -129,8 +136,8 @@ void GptOssGpu::attention_block(const Layer& L, int64_t l, std::span<const Seque
 
 void GptOssGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                                const model::ForwardHooks* hooks) {
-  if (seqs.empty() || (seqs.size() > 1 && (device_pos0 || hooks))) {
-    throw Error("GptOssGpu: a device position or hooks need a batch of one sequence");
+  if (seqs.empty() || (seqs.size() > 1 && hooks)) {
+    throw Error("GptOssGpu: hooks need a batch of one sequence");
   }
   const int64_t E = cfg_.n_embd;
   const float eps = cfg_.rms_eps;

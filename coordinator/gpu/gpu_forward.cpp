@@ -75,55 +75,61 @@ void GpuForward::reserve(int64_t n) {
   ++scratch_epoch_;  // a recorded graph read the old buffers
 }
 
+bool GpuForward::graphable(int64_t n, const model::ForwardHooks* hooks) const {
+  return opt_.cuda_graphs && graphs_supported() && n <= kGraphRows &&
+         experts_->step_on_device(n, hooks);
+}
+
 void GpuForward::run_batch(std::span<const int32_t> tokens, int64_t pos0,
                            GpuSequenceStates::Slot& seq, model::LogitsMode mode, float* logits,
                            const model::ForwardHooks* hooks) {
-  if (opt_.cuda_graphs && graphs_supported() && tokens.size() == 1 &&
-      experts_->step_on_device(1, hooks)) {
-    decode_graphed(tokens[0], pos0, seq, logits);
+  const auto n = static_cast<int64_t>(tokens.size());
+  const SequenceRows rows{0, n, pos0, &seq};
+  if (graphable(n, hooks)) {
+    run_graphed(tokens, std::span<const SequenceRows>(&rows, 1), mode == model::LogitsMode::All,
+                logits);
     return;
   }
-  const auto n = static_cast<int64_t>(tokens.size());
   io_->embed(tokens, x(), stream_);
-  const SequenceRows rows{0, n, pos0, &seq};
   enqueue_layers(std::span<const SequenceRows>(&rows, 1), nullptr, hooks);
   experts_->finish();
   io_->logits(x(), mode == model::LogitsMode::All ? 0 : n - 1, n, xn(), logits, stream_);
 }
 
-void GpuForward::decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq,
-                                float* logits) {
-  // The step's inputs enter outside the graph: its embedding row and its position.
-  io_->embed(std::span<const int32_t>(&token, 1), x(), stream_);
+void GpuForward::run_graphed(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,
+                             bool all_rows, float* logits) {
+  // The step's inputs enter outside the graph: its embedding rows and its positions.
+  io_->embed(tokens, x(), stream_);
+  const int64_t rows_out =
+      all_rows ? static_cast<int64_t>(tokens.size()) : static_cast<int64_t>(seqs.size());
+  std::vector<DecodeGraphs::Part> parts;
+  for (const SequenceRows& s : seqs) parts.push_back({s.seq, s.pos0, s.n});
   const auto prepare = [&] {
     // The attention scratch for any position: a graph that is kept was recorded with it at least
     // this large.
     size_t ws = 0;
     for (size_t l = 0; l < static_cast<size_t>(cfg_.n_layer); ++l) {
-      ws = std::max(
-          ws, attention_workspace_bytes(cfg_, {cfg_.n_head[l], cfg_.n_head_kv[l]}, 1, pos0, true));
+      for (const SequenceRows& s : seqs) {
+        ws = std::max(ws, attention_workspace_bytes(cfg_, {cfg_.n_head[l], cfg_.n_head_kv[l]}, s.n,
+                                                    s.pos0, true));
+      }
     }
     if (ws > 0) grow_scratch(budget_, d_attn_ws_, (ws + 3) / 4, "attention scratch");
   };
   // Recording runs the host side of every layer once (the experts' accounting included).
   const auto record = [&] {
-    const SequenceRows rows{0, 1, pos0, &seq};
-    enqueue_layers(std::span<const SequenceRows>(&rows, 1), graphs_.device_pos(), nullptr);
-    io_->head_row(x(), xn(), stream_);
+    enqueue_layers(seqs, graphs_.device_pos(), nullptr);
+    if (!all_rows) gather_last_rows(seqs);
+    io_->head_rows(x(), xn(), rows_out, stream_);
   };
-  if (!graphs_.launch(pos0, seq, scratch_epoch_, d_attn_ws_, stream_, prepare, record)) {
-    experts_->count_device_step(1);
+  if (!graphs_.launch(parts, rows_out, scratch_epoch_, d_attn_ws_, stream_, prepare, record)) {
+    experts_->count_device_step(static_cast<int64_t>(tokens.size()));
   }
-  io_->copy_head_row(logits, stream_);
+  io_->copy_head_rows(logits, rows_out, stream_);
 }
 
-void GpuForward::run_sequences(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,
-                               float* logits) {
-  io_->embed(tokens, x(), stream_);
-  enqueue_layers(seqs, nullptr, nullptr);
-  experts_->finish();
-  // x is dead after the layers: sequence i's last row moves to row i, so the head runs once over
-  // n_seq rows. Its source row is at least i and above every earlier sequence's, so no copy
+void GpuForward::gather_last_rows(std::span<const SequenceRows> seqs) {
+  // Sequence i's last row is at least row i and above every earlier sequence's, so no copy
   // overwrites a row a later one still reads (the copies run in stream order).
   const int64_t E = cfg_.n_embd;
   const auto row_bytes = static_cast<size_t>(E) * sizeof(float);
@@ -134,6 +140,19 @@ void GpuForward::run_sequences(std::span<const int32_t> tokens, std::span<const 
     MOE_CUDA_CHECK(cudaMemcpyAsync(x() + dst * E, x() + last * E, row_bytes,
                                    cudaMemcpyDeviceToDevice, stream_));
   }
+}
+
+void GpuForward::run_sequences(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,
+                               float* logits) {
+  if (graphable(static_cast<int64_t>(tokens.size()), nullptr)) {
+    run_graphed(tokens, seqs, /*all_rows=*/false, logits);
+    return;
+  }
+  io_->embed(tokens, x(), stream_);
+  enqueue_layers(seqs, nullptr, nullptr);
+  experts_->finish();
+  // x is dead after the layers: the head runs once over one row per sequence.
+  gather_last_rows(seqs);
   io_->logits(x(), 0, static_cast<int64_t>(seqs.size()), xn(), logits, stream_);
 }
 

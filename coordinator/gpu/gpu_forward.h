@@ -85,12 +85,13 @@ class GpuForward : public model::ModelArch {
   // from row 0) on entry and the residual stream after the last layer on return; xn is theirs to
   // use. Per-token work runs once over all rows, attention and recurrences per sequence. `hooks`
   // see row i at position seqs[0].pos0 + i: only with one sequence. device_pos0 (only where
-  // graphs_supported(), one sequence, no hooks): the positions start at this device int32's value
-  // when the kernels run, not at seqs[0].pos0 (a decode step recorded once in a CUDA graph).
+  // graphs_supported(), no hooks): sequence i's positions start at the device int32
+  // device_pos0[i]'s value when the kernels run, not at seqs[i].pos0 (a step recorded once in a
+  // CUDA graph).
   virtual void enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                               const model::ForwardHooks* hooks) = 0;
-  // Whether enqueue_layers takes a device position: a one-token step whose experts are all routed
-  // on the device then replays a CUDA graph per sequence slot (--no-cuda-graphs: never).
+  // Whether enqueue_layers takes device positions: a step of up to kGraphRows rows whose experts
+  // are all routed on the device then replays a CUDA graph (--no-cuda-graphs: never).
   virtual bool graphs_supported() const { return false; }
   // Grows the model's own scratch to n tokens (x and xn are grown here).
   virtual void reserve_layers(int64_t n_tokens) = 0;
@@ -120,12 +121,21 @@ class GpuForward : public model::ModelArch {
 
  private:
   void reserve(int64_t n_tokens);
-  // One batch: embeddings, enqueue_layers, the experts' last work, logits; a one-token step from
-  // its slot's graph where it can (decode_graphed).
+  // Steps of up to this many rows (one token of several sequences, a draft's few tokens) replay
+  // graphs; larger batches gain little from one.
+  static constexpr int64_t kGraphRows = 8;
+  // One batch: embeddings, enqueue_layers, the experts' last work, logits; from a graph where it
+  // can (run_graphed).
   void run_batch(std::span<const int32_t> tokens, int64_t pos0, GpuSequenceStates::Slot& seq,
                  model::LogitsMode mode, float* logits, const model::ForwardHooks* hooks);
-  // Recorded first when the slot has no graph or its buffers changed.
-  void decode_graphed(int32_t token, int64_t pos0, GpuSequenceStates::Slot& seq, float* logits);
+  // Whether a step of n rows replays a graph.
+  bool graphable(int64_t n, const model::ForwardHooks* hooks) const;
+  // The step of `seqs` (tokens: every sequence's, in order) from its graph, recorded first when
+  // none fits: the logits of every row (all_rows: one sequence) or of each sequence's last row.
+  void run_graphed(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,
+                   bool all_rows, float* logits);
+  // Moves sequence i's last row of x to row i (x is dead after the layers), for one head launch.
+  void gather_last_rows(std::span<const SequenceRows> seqs);
   // A batch of several sequences (forward_batch): embeddings, enqueue_layers, the experts' last
   // work, and the logits of each sequence's last row.
   void run_sequences(std::span<const int32_t> tokens, std::span<const SequenceRows> seqs,

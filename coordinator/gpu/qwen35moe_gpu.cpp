@@ -198,12 +198,13 @@ void Qwen35MoeGpu::attention_layer(const Layer& L, int64_t l, int64_t n,
   cuda::split_query_gate(d_qg_.as<float>(), q, og, n, L.n_head, hk, stream_);
   const int64_t H = L.n_head, HK = L.n_head_kv, hv = cfg_.head_dim_v;
   // Per sequence, on its rows and against its own cache.
-  for (const SequenceRows& s : seqs) {
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SequenceRows& s = seqs[i];
     attend(cfg_, {H, HK}, s.seq->kv(l),
            {q + s.row0 * H * hk, H * hk, d_k_.as<float>() + s.row0 * HK * hk, HK * hk,
             d_v_.as<float>() + s.row0 * HK * hv, HK * hv},
            L.q_norm.as<float>(), L.k_norm.as<float>(), s.n, s.pos0, budget_, d_attn_ws_,
-           attn + s.row0 * H * hv, stream_, device_pos0);
+           attn + s.row0 * H * hv, stream_, device_pos0 ? device_pos0 + i : nullptr);
   }
   cuda::mul_sigmoid(attn, og, n * L.n_head * hk, stream_);
   cuda::matmul(L.wo.m, attn, n, d_mix_.as<float>(), stream_);
@@ -256,8 +257,8 @@ void Qwen35MoeGpu::ffn(const Layer& L, int64_t l, int64_t n, int64_t pos0,
 
 void Qwen35MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                                   const model::ForwardHooks* hooks) {
-  if (seqs.empty() || (seqs.size() > 1 && (device_pos0 || hooks))) {
-    throw Error("Qwen35MoeGpu: a device position or hooks need a batch of one sequence");
+  if (seqs.empty() || (seqs.size() > 1 && hooks)) {
+    throw Error("Qwen35MoeGpu: hooks need a batch of one sequence");
   }
   const int64_t n = seqs.back().row0 + seqs.back().n;
   const int64_t pos0 = seqs.front().pos0;  // for the hooks (one sequence)

@@ -75,8 +75,8 @@ void Qwen3MoeGpu::reserve_layers(int64_t n) {
 
 void Qwen3MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32_t* device_pos0,
                                  const model::ForwardHooks* hooks) {
-  if (seqs.empty() || (seqs.size() > 1 && (device_pos0 || hooks))) {
-    throw Error("Qwen3MoeGpu: a device position or hooks need a batch of one sequence");
+  if (seqs.empty() || (seqs.size() > 1 && hooks)) {
+    throw Error("Qwen3MoeGpu: hooks need a batch of one sequence");
   }
   const int64_t E = cfg_.n_embd;
   const float eps = cfg_.rms_eps;
@@ -119,13 +119,15 @@ void Qwen3MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int32
       p.v_stride = L.wv.n_out;
     }
     // Attention per sequence, on its rows of the projections and against its own cache.
-    for (const SequenceRows& s : seqs) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const SequenceRows& s = seqs[i];
       const Projections ps{p.q + s.row0 * p.q_stride, p.q_stride,
                            p.k + s.row0 * p.k_stride, p.k_stride,
                            p.v + s.row0 * p.v_stride, p.v_stride};
       attend(cfg_, {L.n_head, L.n_head_kv}, s.seq->kv(l), ps, L.q_norm.as<float>(),
              L.k_norm.as<float>(), s.n, s.pos0, budget_, d_attn_ws_,
-             d_attn_.as<float>() + s.row0 * L.n_head * hv, stream_, device_pos0);
+             d_attn_.as<float>() + s.row0 * L.n_head * hv, stream_,
+             device_pos0 ? device_pos0 + i : nullptr);
     }
     cuda::matmul(L.wo, d_attn_.as<float>(), n, d_tmp_.as<float>(), stream_);
     cuda::add_rmsnorm(x, d_tmp_.as<float>(), L.ffn_norm.as<float>(), xn, n, E, eps, stream_);

@@ -86,6 +86,11 @@ void RoutedExpertsGpu::run_grouped_on_device(int64_t l, int64_t n, const float* 
   // Token t's k rows in routing order, as the host-routed layer adds them.
   batch_.combine_rows(dy, dg_.tok_off, dg_.pos, dg_.weights, n, E, /*accumulate=*/true, out);
   submit(stream);
+  count_grouped_layer(l, n);
+}
+
+void RoutedExpertsGpu::count_grouped_layer(int64_t l, int64_t n) {
+  const int64_t items = n * cfg_.n_expert_used;
   if (l == 0) residency_->tick(n);  // a forward's tokens: the clock routing scores decay with
   stats_.resident += static_cast<uint64_t>(items);
   cpu_experts_->note_split(l, n, items, 0);

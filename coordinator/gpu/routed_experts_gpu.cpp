@@ -333,13 +333,19 @@ void RoutedExpertsGpu::count_device_layer(int64_t l, int64_t n) {
 bool RoutedExpertsGpu::step_on_device(int64_t n, const model::ForwardHooks* hooks) const {
   if (exec_.remote()) return false;  // a worker's launches cannot join this process's graph
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-    if (!routes_on_device(l, n, hooks)) return false;
+    if (!routes_on_device(l, n, hooks) && !groups_on_device(l, n, hooks)) return false;
   }
   return true;
 }
 
 void RoutedExpertsGpu::count_device_step(int64_t n) {
-  for (int64_t l = 0; l < cfg_.n_layer; ++l) count_device_layer(l, n);
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    if (n > kDeviceRoutingMaxTokens) {
+      count_grouped_layer(l, n);
+    } else {
+      count_device_layer(l, n);
+    }
+  }
 }
 
 bool RoutedExpertsGpu::routes_on_device(int64_t l, int64_t n,

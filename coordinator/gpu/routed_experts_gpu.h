@@ -69,8 +69,8 @@ class RoutedExpertsGpu {
            cudaStream_t stream, const NormAfter* norm_after = nullptr);
 
   // True when every layer of an n-token step routes and computes its experts on the device
-  // (all have VRAM copies, no host hooks): the step then enqueues no host round trip and can be
-  // captured in a CUDA graph.
+  // (all have VRAM copies, no host hooks; per item or grouped by expert): the step then enqueues
+  // no host round trip and can be captured in a CUDA graph.
   bool step_on_device(int64_t n, const model::ForwardHooks* hooks) const;
   // For a step replayed from a graph (run() ran at capture only): the host-side accounting
   // run() does for every device-routed layer of an n-token step.
@@ -112,6 +112,8 @@ class RoutedExpertsGpu {
   void run_grouped_on_device(int64_t layer, int64_t n, const float* xn, const float* router_logits,
                              float* out, cudaStream_t stream);
   void reserve_groups(int64_t n_tokens);
+  // The host-side accounting of a device-grouped layer (also for a step replayed from a graph).
+  void count_grouped_layer(int64_t layer, int64_t n);
   void count_device_layer(int64_t layer, int64_t n);
   bool run_on_device(int64_t layer, int64_t n, const float* xn, float* out, cudaStream_t stream,
                      const NormAfter* norm_after);

@@ -1,7 +1,9 @@
 #include "coordinator/gpu/token_io_gpu.h"
 
 #include <algorithm>
+#include <string>
 
+#include "common/error.h"
 #include "coordinator/gpu/gpu_upload.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/matmul.h"
@@ -11,7 +13,7 @@ namespace moe::gpu {
 namespace {
 
 // Rows of logits computed per output-head call: bounds the logits scratch (rows x n_vocab).
-constexpr int64_t kLogitRows = 32;
+constexpr int64_t kLogitRows = TokenIoGpu::kHeadRows;
 
 }  // namespace
 
@@ -48,13 +50,15 @@ void TokenIoGpu::logits(const float* x, int64_t first, int64_t n, float* xn, flo
   }
 }
 
-void TokenIoGpu::head_row(const float* x_row, float* xn, cudaStream_t stream) {
-  cuda::rmsnorm(x_row, norm_.as<float>(), xn, 1, n_embd_, eps_, stream);
-  cuda::matmul(head_, xn, 1, d_logits_.as<float>(), stream);
+void TokenIoGpu::head_rows(const float* x, float* xn, int64_t n, cudaStream_t stream) {
+  if (n < 1 || n > kHeadRows) throw Error("head_rows: " + std::to_string(n) + " rows");
+  cuda::rmsnorm(x, norm_.as<float>(), xn, n, n_embd_, eps_, stream);
+  cuda::matmul(head_, xn, n, d_logits_.as<float>(), stream);
 }
 
-void TokenIoGpu::copy_head_row(float* logits, cudaStream_t stream) {
-  MOE_CUDA_CHECK(cudaMemcpyAsync(logits, d_logits_.get(), static_cast<size_t>(n_vocab_) * 4,
+void TokenIoGpu::copy_head_rows(float* logits, int64_t n, cudaStream_t stream) {
+  if (n < 1 || n > kHeadRows) throw Error("copy_head_rows: " + std::to_string(n) + " rows");
+  MOE_CUDA_CHECK(cudaMemcpyAsync(logits, d_logits_.get(), static_cast<size_t>(n * n_vocab_) * 4,
                                  cudaMemcpyDeviceToHost, stream));
 }
 

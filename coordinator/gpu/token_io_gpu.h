@@ -28,11 +28,12 @@ class TokenIoGpu {
   // (n - first) * n_embd floats. Enqueued: the caller synchronizes before reading them.
   void logits(const float* x, int64_t first, int64_t n, float* xn, float* logits,
               cudaStream_t stream);
-  // logits() of one row in two parts, so the first can be captured in a CUDA graph (a copy to
-  // pageable host memory cannot): the final norm and the output head of x_row [n_embd] into
-  // device scratch (xn: n_embd floats), then the copy of those logits to the host.
-  void head_row(const float* x_row, float* xn, cudaStream_t stream);
-  void copy_head_row(float* logits, cudaStream_t stream);
+  // logits() of rows [0, n) of x in two parts, so the first can be captured in a CUDA graph (a
+  // copy to pageable host memory cannot): the final norm and the output head into device scratch
+  // (xn: n * n_embd floats), then the copy of those logits to the host. n <= kHeadRows.
+  static constexpr int64_t kHeadRows = 32;
+  void head_rows(const float* x, float* xn, int64_t n, cudaStream_t stream);
+  void copy_head_rows(float* logits, int64_t n, cudaStream_t stream);
 
  private:
   int64_t n_embd_, n_vocab_;
