@@ -262,8 +262,8 @@ void Qwen35MoeGpu::enqueue_layers(std::span<const SequenceRows> seqs, const int3
   }
   const int64_t n = seqs.back().row0 + seqs.back().n;
   const int64_t pos0 = seqs.front().pos0;  // for the hooks (one sequence)
-  if (seqs.size() > 1) {
-    // Grown once for every sequence's attention up front: growing it between two sequences
+  if (!device_pos0 && seqs.size() > 1) {
+    // Grown once for every sequence's attention up front (a graph's recording grew it before): growing it between two sequences
     // would free the old buffer, which waits for the device.
     size_t ws = 0;
     for (const Layer& L : layers_) {
