@@ -27,9 +27,9 @@ bool int8_products_enabled() {
     const char* v = std::getenv("MOE_CUDA_MMQ");
     return v && std::strcmp(v, "0") == 0;
   }();
-  // The int8 mma is compiled only for sm_80+: the code the driver runs here decides, not the card
-  // (kernel_arch() is asked once per device).
-  return !off && kernel_arch() >= 80;
+  // The int8 mma is compiled for sm_75+ (m8n8k16 there): the code the driver runs here decides,
+  // not the card (kernel_arch() is asked once per device).
+  return !off && kernel_arch() >= 75;
 }
 
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, cudaStream_t stream) {

@@ -20,8 +20,8 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, cud
 
 // Whether products of more than 8 rows with quantized (block-type) weights run on the current
 // device's int8 tensor cores, their activations quantized to int8 per 32 values: where the kernels
-// run as sm_80 or newer (kernel_arch()), unless the environment sets MOE_CUDA_MMQ=0; otherwise they
-// run on FP16 tensor cores.
+// run as sm_75 or newer (kernel_arch(); every architecture we build), unless the environment sets
+// MOE_CUDA_MMQ=0; then they run on FP16 tensor cores.
 // Float weights always keep FP32 arithmetic.
 bool int8_products_enabled();
 

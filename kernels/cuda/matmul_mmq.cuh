@@ -1,6 +1,7 @@
-// Internal: the int8 tensor-core weight product for batches of quantized weights (prefill) on
-// sm_80 and newer, used by launch_weight_product_typed() for block types; older GPUs keep the FP16
-// kernel of matmul_mma.cuh. Included by matmul_kernels.cuh only.
+// Internal: the int8 tensor-core weight product for batches of quantized weights (prefill), used by
+// launch_weight_product_typed() for block types (sm_80+: m16n8k32 / m16n8k16; sm_75, Turing: the
+// same fragments through m8n8k16); the FP16 kernel of matmul_mma.cuh stays for MOE_CUDA_MMQ=0.
+// Included by matmul_kernels.cuh only.
 //
 // Why: the FP16 kernel decodes every weight to a float, rounds it to FP16 and multiplies on the
 // FP16 tensor cores; decoding dominated a prefill (60% of its kernel time in the Q4_K product).
@@ -13,8 +14,8 @@
 // - the activations are quantized per 32 values to int8: d_x = max|x| / 127,
 //   q_x = round(x * (127 / max|x|)), so x ~ d_x * q_x (within d_x / 2);
 // - eight warps multiply the codes with mma.sync (m16n8k32 for runs of 32, m16n8k16 for runs of
-//   16) into int32 per run, and add s_w * d_x * dot(q, q_x) - m_w * d_x * sum(q_x) to FP32
-//   accumulators.
+//   16; four or two m8n8k16 on sm_75) into int32 per run, and add s_w * d_x * dot(q, q_x) - m_w *
+//   d_x * sum(q_x) to FP32 accumulators.
 // The result differs from the float product only by the activations' rounding (~0.5% normalized
 // error on random data), as llama.cpp's int8 products (q8_1 activations) do.
 #pragma once
@@ -181,11 +182,24 @@ struct Mmq<dq::Q6_K> {
 // ---- the kernel
 // -------------------------------------------------------------------------------------
 
+// One m8n8k16 int8 product, d (row g: columns 2t, 2t + 1) += a (row g, codes 4t..4t+3) * b
+// (column g, codes 4t..4t+3): the only int8 mma shape of sm_75 (Turing).
+__device__ __forceinline__ void mma_s8_m8n8k16(int& d0, int& d1, uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+               : "+r"(d0), "+r"(d1)
+               : "r"(a), "r"(b));
+#else
+  (void)d0, (void)d1, (void)a, (void)b;
+#endif
+}
+
 // d += a * b on the int8 tensor cores: a 16 x 32 (rows of a warp's outputs), b 32 x 8 (columns of
 // its activation rows), both in the fragment layout of the PTX ISA (9.7.14.5.9): with
 // g = lane / 4 and t = lane % 4, a[0] holds row g, codes 4t..4t+3; a[1] row g + 8, the same
 // codes; a[2], a[3] codes 16 + 4t.. of rows g, g + 8; b[0] codes 4t.. of column g, b[1] codes
-// 16 + 4t..; d[0], d[1] row g, columns 2t, 2t + 1; d[2], d[3] row g + 8.
+// 16 + 4t..; d[0], d[1] row g, columns 2t, 2t + 1; d[2], d[3] row g + 8. On sm_75 the same
+// registers make four m8n8k16 products (rows g and g + 8, codes 0-15 and 16-31).
 __device__ __forceinline__ void mma_s8_k32(int* d, const uint32_t* a, const uint32_t* b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
@@ -194,7 +208,10 @@ __device__ __forceinline__ void mma_s8_k32(int* d, const uint32_t* a, const uint
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
-  (void)d, (void)a, (void)b;
+  mma_s8_m8n8k16(d[0], d[1], a[0], b[0]);
+  mma_s8_m8n8k16(d[0], d[1], a[2], b[1]);
+  mma_s8_m8n8k16(d[2], d[3], a[1], b[0]);
+  mma_s8_m8n8k16(d[2], d[3], a[3], b[1]);
 #endif
 }
 // The same over 16 codes: a[0] row g, a[1] row g + 8 (codes 4t..4t+3), b[0] column g.
@@ -206,7 +223,8 @@ __device__ __forceinline__ void mma_s8_k16(int* d, const uint32_t* a, const uint
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(b[0]));
 #else
-  (void)d, (void)a, (void)b;
+  mma_s8_m8n8k16(d[0], d[1], a[0], b[0]);
+  mma_s8_m8n8k16(d[2], d[3], a[1], b[0]);
 #endif
 }
 
@@ -273,7 +291,7 @@ __device__ __forceinline__ void mmq_quantize_x(const Args& a, MmqTile& t, const 
 // blocks per SM (at most 128 registers a thread) so one block's decode overlaps the other's mma.
 template <class Dec>
 __global__ void __launch_bounds__(kMmqThreads, 2) gemm_mmq_kernel(Args a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
   using M = Mmq<Dec>;
   static_assert(M::kRun == 16 || M::kRun == 32);
   __shared__ __align__(16) MmqTile t;
@@ -401,7 +419,7 @@ __global__ void __launch_bounds__(kMmqThreads, 2) gemm_mmq_kernel(Args a) {
     }
   }
 #elif defined(__CUDA_ARCH__)
-  __trap();  // launched only on sm_80+ (int8_mma_enabled()): fail loudly rather than leave y
+  __trap();  // launched only on sm_75+ (int8_products_enabled()): fail loudly rather than leave y
 #else
   (void)a;
 #endif

@@ -100,7 +100,7 @@ std::vector<GgmlType> block_types() {
 
 bool int8_device() {
   if (!int8_products_enabled()) {
-    std::printf("int8 tensor cores not in use on this device (before sm_80 or MOE_CUDA_MMQ=0)\n");
+    std::printf("int8 tensor cores not in use (MOE_CUDA_MMQ=0)\n");
     return false;
   }
   return true;
@@ -111,7 +111,7 @@ class MmqCudaTest : public ::testing::TestWithParam<GgmlType> {};
 // matmul() of 9..130 rows: every edge of the 128-output, 64-row and 64-K tiles.
 TEST_P(MmqCudaTest, MatchesQuantizedActivationReference) {
   MOE_REQUIRE_GPU();
-  if (!int8_device()) GTEST_SKIP() << "the FP16 tensor-core product serves this device";
+  if (!int8_device()) GTEST_SKIP() << "MOE_CUDA_MMQ=0: the FP16 product serves";
   const GgmlType type = GetParam();
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -146,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(BlockTypes, MmqCudaTest, ::testing::ValuesIn(block_type
 // and a group without weights (NaN rows, nothing read).
 TEST(MmqCuda, GroupedRowsGatheredAndMissingExpert) {
   MOE_REQUIRE_GPU();
-  if (!int8_device()) GTEST_SKIP() << "the FP16 tensor-core product serves this device";
+  if (!int8_device()) GTEST_SKIP() << "MOE_CUDA_MMQ=0: the FP16 product serves";
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
