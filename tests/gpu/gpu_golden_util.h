@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,18 @@ using namespace moe::model;
 // A shared tiny qwen3moe model of quantization q ("F16", "Q4_K_M", ...).
 inline std::filesystem::path qwen3moe_model_path(const std::string& q) {
   return moe::test::testdata_dir() / "models" / ("tiny-qwen3moe-sv-" + q + ".gguf");
+}
+
+// The tiny qwen3moe quantizations of the shared data set, and the first one present
+// (scripts/gpu-check carries a subset per call).
+inline const std::vector<std::string> kQwen3MoeModels = {"F16",    "Q8_0", "Q6_K",   "Q5_K_M",
+                                                         "Q4_K_M", "Q4_0", "IQ4_XS", "Q3_K_M",
+                                                         "Q2_K",   "Q2_0", "UD-mix"};
+inline std::string any_qwen3moe_model() {
+  for (const std::string& q : kQwen3MoeModels) {
+    if (std::filesystem::exists(qwen3moe_model_path(q))) return q;
+  }
+  throw std::runtime_error("no tiny-qwen3moe-sv model in " + moe::test::testdata_dir().string());
 }
 
 inline std::string no_device_reason() {

@@ -46,8 +46,7 @@ using moe::test::load_golden;
 using moe::test::run_forced;
 using namespace moe::test::gpu;
 
-const std::vector<std::string> kModels = {"F16",    "Q8_0",   "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0",
-                                          "IQ4_XS", "Q3_K_M", "Q2_K", "Q2_0",   "UD-mix"};
+const std::vector<std::string>& kModels = kQwen3MoeModels;
 
 class GpuGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -95,18 +94,10 @@ INSTANTIATE_TEST_SUITE_P(AllModels, GpuGolden, ::testing::ValuesIn(kModels), [](
   return s;
 });
 
-// The first shared model present (gpu-check carries a subset per call).
-std::string any_model() {
-  for (const std::string& q : kModels) {
-    if (fs::exists(qwen3moe_model_path(q))) return q;
-  }
-  throw std::runtime_error("no tiny-qwen3moe-sv model in " + moe::test::testdata_dir().string());
-}
-
 // Quantized KV caches on the GPU agree with the same cache types on the CPU.
 TEST(GpuModel, QuantizedKvCacheMatchesCpu) {
   REQUIRE_GPU();
-  const std::string q = any_model();
+  const std::string q = any_qwen3moe_model();
   const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(q).string());
   moe::cpu::ThreadPool pool(2);
   auto cpu = create_model_arch(file, pool);
@@ -136,7 +127,7 @@ TEST(GpuModel, QuantizedKvCacheMatchesCpu) {
 // A health probe between two steps of a running sequence must not disturb it.
 TEST(GpuModel, InterleavedSequencesKeepTheirState) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_qwen3moe_model()).string());
   moe::cpu::ThreadPool pool(2);
   Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -168,7 +159,7 @@ TEST(GpuModel, InterleavedSequencesKeepTheirState) {
 // read the position on the device). A probe's sequence in between must not take its slot.
 TEST(GpuModel, RewoundSequenceMatchesAFreshOne) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_qwen3moe_model()).string());
   moe::cpu::ThreadPool pool(2);
   std::vector<int32_t> prompt;
   for (int32_t i = 0; i < 24; ++i) prompt.push_back(100 + 11 * i);
@@ -214,118 +205,13 @@ TEST(GpuModel, RewoundSequenceMatchesAFreshOne) {
   }
 }
 
-// Decode with every expert in VRAM routes on the device (no hooks); with an observing hook the
-// host routes. Same logits, greedy tokens and experts either way.
-TEST(GpuModel, DeviceRoutingMatchesHostRouting) {
-  REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
-  moe::cpu::ThreadPool pool(2);
-  Qwen3MoeGpu gpu(file, pool, nullptr, options(kPlacements[0]));
-  const std::vector<int32_t> prompt = {785, 272, 391, 275, 278, 315, 434, 81};
-  GenerateOptions opt;
-  opt.n_steps = 24;
-  opt.keep_logits = true;
-  KvCache a = gpu.make_cache(64, KvType::F16, KvType::F16);
-  const GenerateResult on_device = generate(gpu, a, prompt, opt);
-  ForwardHooks observe;
-  int64_t observed = 0;
-  observe.observe_layer = [&](const LayerTrace&) { ++observed; };
-  opt.hooks = &observe;
-  KvCache b = gpu.make_cache(64, KvType::F16, KvType::F16);
-  const GenerateResult on_host = generate(gpu, b, prompt, opt);
-  EXPECT_GT(observed, 0);
-  EXPECT_EQ(on_device.tokens, on_host.tokens);
-  Diff d;
-  d.add(on_device.logits.data(), on_host.logits.data(),
-        static_cast<int64_t>(on_host.logits.size()));
-  std::printf("device vs host routing: max %.3g rms %.3g\n", d.max, d.rms());
-  EXPECT_LE(d.max, 1e-3);
-}
-
-// Batches of more than 4 tokens on layers whose experts are all in VRAM are routed and grouped by
-// expert on the GPU: the same logits as the host's routing and grouping (--moe-host-routing), for
-// a whole prompt, for chunks of 6 tokens and for the decode steps after them, all in VRAM and with
-// two layers split (those route on the host in a batch either way).
-TEST(GpuModel, BatchesGroupedOnDeviceMatchHostRouting) {
-  REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
-  moe::cpu::ThreadPool pool(2);
-  std::vector<int32_t> prompt;
-  for (int32_t i = 0; i < 37; ++i) prompt.push_back(100 + 37 * i % 700);
-  for (const Placement& p : {kPlacements[0], kPlacements[2]}) {
-    SCOPED_TRACE(p.name);
-    GpuOptions host_opt = options(p);
-    host_opt.moe_host_routing = true;
-    Qwen3MoeGpu device(file, pool, nullptr, options(p));
-    Qwen3MoeGpu host(file, pool, nullptr, host_opt);
-    const int64_t V = device.config().n_vocab;
-    for (const size_t chunk : {prompt.size(), size_t{6}}) {
-      KvCache a = device.make_cache(64, KvType::F16, KvType::F16);
-      KvCache b = host.make_cache(64, KvType::F16, KvType::F16);
-      std::vector<float> la(static_cast<size_t>(V) * prompt.size()), lb(la.size());
-      for (size_t i = 0; i < prompt.size(); i += chunk) {
-        const size_t n = std::min(chunk, prompt.size() - i);
-        const std::span<const int32_t> part(prompt.data() + i, n);
-        device.forward(part, a, LogitsMode::All, la.data() + i * static_cast<size_t>(V), nullptr);
-        host.forward(part, b, LogitsMode::All, lb.data() + i * static_cast<size_t>(V), nullptr);
-      }
-      Diff d;
-      d.add(la.data(), lb.data(), static_cast<int64_t>(la.size()));
-      std::printf("%s, chunks of %zu: device vs host grouping max %.3g rms %.3g\n", p.name, chunk,
-                  d.max, d.rms());
-      EXPECT_LE(d.max, 1e-3);
-      GenerateOptions opt;
-      opt.n_steps = 8;
-      opt.keep_logits = true;
-      const std::vector<int32_t> next = {prompt.back()};
-      const GenerateResult ga = generate(device, a, next, opt);
-      const GenerateResult gb = generate(host, b, next, opt);
-      EXPECT_EQ(ga.tokens, gb.tokens);
-    }
-  }
-}
-
-// Split layers route batches of up to 8 tokens on the device (a draft's verification, several
-// sequences' steps): chunks of 5 to 8 tokens give the host routing's logits (--moe-host-routing),
-// with every expert on the CPU and with two split layers beside a pool.
-TEST(GpuModel, SplitLayersRouteBatchesOfUpTo8OnDevice) {
-  REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
-  moe::cpu::ThreadPool pool(2);
-  std::vector<int32_t> prompt;
-  for (int32_t i = 0; i < 26; ++i) prompt.push_back(100 + 37 * i % 700);
-  for (const Placement& p : {kPlacements[1], kPlacements[2]}) {
-    SCOPED_TRACE(p.name);
-    GpuOptions host_opt = options(p);
-    host_opt.moe_host_routing = true;
-    Qwen3MoeGpu device(file, pool, nullptr, options(p));
-    Qwen3MoeGpu host(file, pool, nullptr, host_opt);
-    const auto V = static_cast<size_t>(device.config().n_vocab);
-    KvCache a = device.make_cache(64, KvType::F16, KvType::F16);
-    KvCache b = host.make_cache(64, KvType::F16, KvType::F16);
-    std::vector<float> la(V * prompt.size()), lb(la.size());
-    size_t i = 0;
-    for (const size_t n : {size_t{5}, size_t{8}, size_t{6}, size_t{7}}) {
-      const std::span<const int32_t> part(prompt.data() + i, n);
-      device.forward(part, a, LogitsMode::All, la.data() + i * V, nullptr);
-      host.forward(part, b, LogitsMode::All, lb.data() + i * V, nullptr);
-      i += n;
-    }
-    Diff d;
-    d.add(la.data(), lb.data(), static_cast<int64_t>(la.size()));
-    std::printf("%s, batches of 5-8: device vs host routing max %.3g rms %.3g\n", p.name, d.max,
-                d.rms());
-    EXPECT_LE(d.max, 1e-3);
-  }
-}
-
 // Decode steps replayed from CUDA graphs (every expert in VRAM) give the kernel-by-kernel logits
 // bit for bit: across attention split counts (the graph's grid is fixed, the position is read on
 // the device), after a longer prompt moved the scratch (the graphs are recorded again) and with a
 // health probe's sequence interleaved (one graph per sequence slot).
 TEST(GpuModel, CudaGraphDecodeMatchesKernelByKernel) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_qwen3moe_model()).string());
   moe::cpu::ThreadPool pool(2);
   GpuOptions plain_opt = options(kPlacements[0]);
   plain_opt.cuda_graphs = false;
@@ -370,7 +256,7 @@ TEST(GpuModel, CudaGraphDecodeMatchesKernelByKernel) {
 // decode step.
 TEST(GpuModel, StreamedMissesMatchResidentExperts) {
   REQUIRE_GPU();
-  const std::string q = any_model();
+  const std::string q = any_qwen3moe_model();
   // Streaming page-locks the model, which must be read into memory, not mapped.
   const auto mapped = moe::gguf::GgufFile::open(qwen3moe_model_path(q).string());
   moe::cpu::ThreadPool pool(2);
@@ -444,7 +330,7 @@ TEST(GpuModel, StreamedMissesMatchResidentExperts) {
 // weights are read from), and the stats count the admissions.
 TEST(GpuModel, AdmittedMissesJoinThePoolInBothGroupings) {
   REQUIRE_GPU();
-  const std::string q = any_model();
+  const std::string q = any_qwen3moe_model();
   const auto file =
       moe::gguf::GgufFile::open(qwen3moe_model_path(q).string(), moe::gguf::LoadMode::Loaded);
   moe::cpu::ThreadPool pool(2);
@@ -496,7 +382,7 @@ TEST(GpuModel, CalibrationIsMeasuredOnceThenCached) {
   const fs::path cache = fs::temp_directory_path() / ("moe_gpu_cal_" + std::to_string(getpid()));
   fs::remove_all(cache);
   ASSERT_EQ(setenv("MOE_CACHE_DIR", cache.c_str(), 1), 0);
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string(),
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_qwen3moe_model()).string(),
                                               moe::gguf::LoadMode::Loaded);
   moe::cpu::ThreadPool pool(2);
   GpuOptions opt = options(kPlacements[1]);
@@ -534,7 +420,7 @@ TEST(GpuModel, CalibrationIsMeasuredOnceThenCached) {
 // two experts per layer, so every half is reused, within a layer and across layers.
 TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
   REQUIRE_GPU();
-  const std::string q = any_model();
+  const std::string q = any_qwen3moe_model();
   const auto file =
       moe::gguf::GgufFile::open(qwen3moe_model_path(q).string(), moe::gguf::LoadMode::Loaded);
   moe::cpu::ThreadPool pool(2);
@@ -622,7 +508,7 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
 // small chunks is still consumed when the CPU takes every routed item of a layer.
 TEST(GpuModel, PrefillCpuShareMatchesGoldens) {
   REQUIRE_GPU();
-  const std::string q = any_model();
+  const std::string q = any_qwen3moe_model();
   const auto file =
       moe::gguf::GgufFile::open(qwen3moe_model_path(q).string(), moe::gguf::LoadMode::Loaded);
   moe::cpu::ThreadPool pool(2);
@@ -666,7 +552,7 @@ TEST(GpuModel, PrefillCpuShareMatchesGoldens) {
 // mid-forward fails that forward with its error, without a hang, and the model stays usable.
 TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_qwen3moe_model()).string());
   moe::cpu::ThreadPool pool(2);
   const std::vector<int32_t> prompt = {785, 272, 391, 275, 278, 315, 434, 81};
   GenerateOptions gen;
@@ -735,7 +621,7 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
 // profile of another model's shape is refused.
 TEST(GpuModel, RoutingProfileStartsThePoolWarm) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_qwen3moe_model()).string());
   moe::cpu::ThreadPool pool(2);
   const fs::path prof = fs::temp_directory_path() / ("moe_gpu_profile_" + std::to_string(getpid()));
   fs::remove(prof);
@@ -783,7 +669,7 @@ TEST(GpuModel, RoutingProfileStartsThePoolWarm) {
 
 TEST(GpuModel, ClearErrors) {
   REQUIRE_GPU();
-  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_model()).string());
+  const auto file = moe::gguf::GgufFile::open(qwen3moe_model_path(any_qwen3moe_model()).string());
   moe::cpu::ThreadPool pool(1);
   GpuOptions partial = options(kPlacements[0]);
   partial.n_gpu_layers = 2;
