@@ -94,12 +94,12 @@ inline std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
 
 // Every type our kernels compute with.
 // Normalized error a GPU weight product of `rows` rows (the most of any group) must stay within:
-// products of more than 8 rows with quantized weights run on tensor cores, with the activations
-// rounded to int8 per 32 values (~0.6% on random data; the kernel's own test checks it
-// against that rounding exactly) or to FP16 (MOE_CUDA_MMQ=0); everything else in FP32.
+// products of more than 8 rows with quantized weights run on FP16 tensor cores (operands rounded
+// to FP16: ~2^-11 relative per product; the opt-in int8 product has its own test), everything
+// else in FP32.
 inline double gpu_product_tolerance(GgmlType t, int64_t rows) {
   const bool block = ggml_type_info_or_throw(t).block_size > 1;
-  return block && rows > 8 ? 1.5e-2 : 1e-5;
+  return block && rows > 8 ? 2e-3 : 1e-5;
 }
 
 inline std::vector<GgmlType> computable_types() {

@@ -518,7 +518,7 @@ void bench_combine_and_topk(Bench& b) {
 }
 
 // Prefill products per weight type and tokens per weight matrix (1-8: the GEMV; more: the
-// tensor-core kernel, int8 on sm_80+ unless MOE_CUDA_MMQ=0): the q projection (2048 x 4096) as
+// tensor-core kernel: FP16, or int8 with MOE_CUDA_MMQ=1): the q projection (2048 x 4096) as
 // one matrix, and a layer's expert gate (2048 x 768 each) with that many tokens for each of
 // min(128, 4096 / tokens) experts. TOPS counts 2 operations per weight and token.
 void bench_gemm(Bench& b) {

@@ -1,5 +1,6 @@
 // matmul(): argument checks, then the weight-product kernel of the weight's type
 // (matmul_kernels.cuh, instantiated per type family in matmul_float/blocks/kquants.cu).
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -22,14 +23,24 @@ void launch_weight_product(const WeightProduct& p, cudaStream_t stream) {
 
 }  // namespace detail
 
+namespace {
+// -1: as MOE_CUDA_MMQ says; 0 / 1: set_int8_products().
+std::atomic<int> g_int8_override{-1};
+}  // namespace
+
 bool int8_products_enabled() {
-  static const bool off = [] {
+  static const bool env_on = [] {
     const char* v = std::getenv("MOE_CUDA_MMQ");
-    return v && std::strcmp(v, "0") == 0;
+    return v && std::strcmp(v, "1") == 0;
   }();
+  const int o = g_int8_override.load(std::memory_order_relaxed);
   // The int8 mma is compiled for sm_75+ (m8n8k16 there): the code the driver runs here decides,
   // not the card (kernel_arch() is asked once per device).
-  return !off && kernel_arch() >= 75;
+  return (o < 0 ? env_on : o == 1) && kernel_arch() >= 75;
+}
+
+void set_int8_products(std::optional<bool> on) {
+  g_int8_override.store(on ? (*on ? 1 : 0) : -1, std::memory_order_relaxed);
 }
 
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, cudaStream_t stream) {

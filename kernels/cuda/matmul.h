@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "kernels/cuda/device_matrix.h"
 
@@ -18,11 +19,15 @@ namespace moe::cuda {
 // matrix, n_rows < 1 or null pointers. Enqueued on `stream`; does not synchronize.
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, cudaStream_t stream);
 
-// Whether products of more than 8 rows with quantized (block-type) weights run on the current
-// device's int8 tensor cores, their activations quantized to int8 per 32 values: where the kernels
-// run as sm_75 or newer (kernel_arch(); every architecture we build), unless the environment sets
-// MOE_CUDA_MMQ=0; then they run on FP16 tensor cores.
+// Whether products of more than 8 rows with quantized (block-type) weights run on the device's
+// int8 tensor cores, their activations quantized to int8 per 32 values (sm_75 or newer code,
+// kernel_arch()), instead of FP16 tensor cores. Off unless the environment sets MOE_CUDA_MMQ=1 or
+// set_int8_products(true) was called: measured on an H100, the int8 kernel is 1.5x the FP16 one on
+// a dense 512-row product but no faster on experts' groups of 16-64 rows, and its coarser
+// activations move a batch's logits ~10x as far from the GEMV's (docs/performance-log.md, S28).
 // Float weights always keep FP32 arithmetic.
 bool int8_products_enabled();
+// Overrides MOE_CUDA_MMQ for this process (tests, benchmarks); std::nullopt returns to it.
+void set_int8_products(std::optional<bool> on);
 
 }  // namespace moe::cuda

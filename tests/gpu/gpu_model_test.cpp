@@ -448,10 +448,16 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
     out.insert(out.end(), row.begin(), row.end());
     return out;
   };
-  Qwen3MoeGpu resident(file, pool, nullptr, options(kPlacements[0]));
+  // Every instance routes and groups on the host (batches on fully resident layers would group
+  // on the device, whose launches are bounded by the batch's tokens rather than its largest
+  // group): streaming alone is compared, bit for bit in practice.
+  GpuOptions resident_opt = options(kPlacements[0]);
+  resident_opt.moe_host_routing = true;
+  Qwen3MoeGpu resident(file, pool, nullptr, resident_opt);
   const std::vector<float> want = prefill(resident);
   for (const int placement : {1, 2}) {  // -cmoe without a pool; -ncmoe 2 with a 1 MiB pool
     GpuOptions opt = options(kPlacements[placement]);
+    opt.moe_host_routing = true;
     opt.moe_staging_slots = 4;
     opt.moe_stream_share = 1.0;       // decode computes every miss from the slots too
     opt.moe_prefill_cpu_share = 0.0;  // the prefill streams every CPU-homed expert
@@ -471,6 +477,7 @@ TEST(GpuModel, StreamedPrefillMatchesResidentExperts) {
     // chunk three before it, across layers too; with several copy streams, chunks in flight on
     // different streams complete in any order.
     GpuOptions opt = options(kPlacements[1]);
+    opt.moe_host_routing = true;
     opt.moe_staging_slots = 6;
     opt.moe_staging_chunk = 2;
     opt.moe_copy_streams = streams;
@@ -562,6 +569,9 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
     const std::string name = kPlacements[placement].name;
     GpuOptions sync_opt = options(kPlacements[placement]);
     sync_opt.moe_cpu_sync = true;
+    // Host routing throughout (a batch on the resident layers would otherwise group on the
+    // device): the reference the runner thread's host-routed share matches bit for bit.
+    sync_opt.moe_host_routing = true;
     Qwen3MoeGpu sync(file, pool, nullptr, sync_opt);
     EXPECT_NE(sync.describe().find("the GPU's host thread"), std::string::npos) << sync.describe();
     KvCache a = sync.make_cache(64, KvType::F16, KvType::F16);

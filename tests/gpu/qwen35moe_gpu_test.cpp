@@ -209,12 +209,11 @@ TEST(Qwen35Gpu, BatchEqualsChunksAndTokenByToken) {
     d2.add(ones.data(), whole.data(), x.V());
   }
   std::printf("batch vs chunks of 5: max %.3g; vs one token at a time: max %.3g\n", d1.max, d2.max);
-  // Batches of more than 8 tokens take the tensor-core GEMM and smaller ones the FP32 GEMV:
-  // rounding, not state, differs (a state carried wrongly moves logits by whole units). FP16
-  // operands measured 0.0097; the int8 product (sm_80+) rounds the activations per 32 values,
-  // about ten times as coarsely, carried through the recurrent state: 0.15 (to be measured).
-  EXPECT_LE(d1.max, 0.15);
-  EXPECT_LE(d2.max, 0.15);
+  // Batches of more than 8 tokens take the tensor-core GEMM (FP16 operands) and smaller ones the
+  // FP32 GEMV: rounding, not state, differs (a state carried wrongly moves logits by whole units).
+  // Measured 0.0097 (the opt-in int8 product: 0.245).
+  EXPECT_LE(d1.max, 0.05);
+  EXPECT_LE(d2.max, 0.05);
   EXPECT_EQ(a.n_past(), static_cast<int64_t>(x.prompt.size()));
 }
 
