@@ -24,6 +24,7 @@
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dequant_device.cuh"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kv_rows.cuh"
 #include "kernels/cuda/launch_util.cuh"
 
@@ -371,26 +372,6 @@ void check_positions(const DeviceKvLayer& kv, int64_t n_tokens, int64_t pos0, co
     throw Error(std::string(what) + ": " + std::to_string(n_tokens) +
                 " rows at once into a sliding-window ring of " + std::to_string(kv.ring));
   }
-}
-
-// SMs of the current device, asked once per device (a driver call per launch costs more than a
-// decode step's attention kernel on some hosts).
-int sm_count() {
-  static std::array<std::atomic<int>, 64> cache{};
-  int dev = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < static_cast<int>(cache.size())) {
-    if (const int known = cache[static_cast<size_t>(dev)].load(std::memory_order_relaxed)) {
-      return known;
-    }
-  }
-  int sms = 0;
-  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  sms = std::max(sms, 1);
-  if (dev >= 0 && dev < static_cast<int>(cache.size())) {
-    cache[static_cast<size_t>(dev)].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
 }
 
 struct Plan {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <array>
 #include <atomic>
 
@@ -10,10 +11,9 @@ namespace {
 // Compiled like every kernel of the library: the driver picks its code as it picks theirs.
 __global__ void arch_probe_kernel() {}
 
-}  // namespace
-
-int kernel_arch() {
-  static std::array<std::atomic<int>, 64> cache{};
+// `query(dev)` for the current device, remembered per device (0 means not yet asked).
+template <typename Query>
+int per_device(std::array<std::atomic<int>, 64>& cache, Query query) {
   int dev = 0;
   MOE_CUDA_CHECK(cudaGetDevice(&dev));
   const bool cached = dev >= 0 && dev < static_cast<int>(cache.size());
@@ -22,10 +22,29 @@ int kernel_arch() {
       return known;
     }
   }
-  cudaFuncAttributes attr{};
-  MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, arch_probe_kernel));
-  if (cached) cache[static_cast<size_t>(dev)].store(attr.ptxVersion, std::memory_order_relaxed);
-  return attr.ptxVersion;
+  const int value = query(dev);
+  if (cached) cache[static_cast<size_t>(dev)].store(value, std::memory_order_relaxed);
+  return value;
+}
+
+}  // namespace
+
+int kernel_arch() {
+  static std::array<std::atomic<int>, 64> cache{};
+  return per_device(cache, [](int) {
+    cudaFuncAttributes attr{};
+    MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, arch_probe_kernel));
+    return attr.ptxVersion;
+  });
+}
+
+int sm_count() {
+  static std::array<std::atomic<int>, 64> cache{};
+  return per_device(cache, [](int dev) {
+    int sms = 0;
+    MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return std::max(sms, 1);
+  });
 }
 
 std::vector<DeviceInfo> list_devices() {

@@ -29,4 +29,8 @@ std::vector<DeviceInfo> list_devices();
 // device.
 int kernel_arch();
 
+// Streaming multiprocessors of the current device, asked once per device (a driver call per
+// launch costs more than a decode step's attention kernel on some hosts).
+int sm_count();
+
 }  // namespace moe::cuda
