@@ -572,6 +572,7 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
     // Host routing throughout (a batch on the resident layers would otherwise group on the
     // device): the reference the runner thread's host-routed share matches bit for bit.
     sync_opt.moe_host_routing = true;
+    sync_opt.moe_direct_share = 0;
     Qwen3MoeGpu sync(file, pool, nullptr, sync_opt);
     EXPECT_NE(sync.describe().find("the GPU's host thread"), std::string::npos) << sync.describe();
     KvCache a = sync.make_cache(64, KvType::F16, KvType::F16);
@@ -584,6 +585,7 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
       SCOPED_TRACE(name + (host_routing ? ", host routing" : ", device routing"));
       GpuOptions opt = options(kPlacements[placement]);
       opt.moe_host_routing = host_routing;
+      opt.moe_direct_share = 0;  // every miss on the CPU share (no reads in place by the GPU)
       auto failing = std::make_unique<FailingExecutor>(moe::model::cpu_experts_for(file, pool));
       FailingExecutor* fail = failing.get();
       Qwen3MoeGpu async(file, pool, std::move(failing), opt);
@@ -600,7 +602,9 @@ TEST(GpuModel, CpuShareHandOffMatchesSynchronousAndSurvivesErrors) {
           max_diff =
               std::max(max_diff, static_cast<double>(std::fabs(got.logits[i] - want.logits[i])));
         }
-        EXPECT_LE(max_diff, 1e-3);
+        // The 8-token prompt is routed (and on resident layers grouped) on the device too: the
+        // routers' last bits through the CPU's Q8 activations (tests/gpu/gpu_routing_test.cpp).
+        EXPECT_LE(max_diff, 0.02);
         EXPECT_NE(async.runtime_stats().find("for the GPU's routing"), std::string::npos)
             << async.runtime_stats();
       }
