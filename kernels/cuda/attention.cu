@@ -12,8 +12,6 @@
 // position (attention_args.cuh's split_first); a sink enters once, in the merge or in the
 // single-slice epilogue (sink_norm).
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <string>
 

@@ -22,9 +22,10 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, cud
 // Whether products of more than 8 rows with quantized (block-type) weights run on the device's
 // int8 tensor cores, their activations quantized to int8 per 32 values (sm_75 or newer code,
 // kernel_arch()), instead of FP16 tensor cores. Off unless the environment sets MOE_CUDA_MMQ=1 or
-// set_int8_products(true) was called: measured on an H100, the int8 kernel is 1.5x the FP16 one on
-// a dense 512-row product but no faster on experts' groups of 16-64 rows, and its coarser
-// activations move a batch's logits ~10x as far from the GEMV's (docs/performance-log.md, S28).
+// set_int8_products(true) was called: measured on an H100, the int8 kernel is 1.1-1.5x the FP16
+// one on a dense 512-row product, but on experts' row groups at most 7% faster (16-32 rows) and
+// 8-25% slower (64-512), and its coarser activations move a batch's logits ~10x as far from the
+// GEMV's (docs/performance-log.md, S28).
 // Float weights always keep FP32 arithmetic.
 bool int8_products_enabled();
 // Overrides MOE_CUDA_MMQ for this process (tests, benchmarks); std::nullopt returns to it.
